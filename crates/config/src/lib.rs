@@ -1,0 +1,334 @@
+//! berth's configuration.
+//!
+//! Configuration is read in two stages (see the style notes): a pure parse of
+//! the TOML files into [`ConfigFile`], then a resolution against the process
+//! environment into [`Config`]. The site file (`/etc/berth/berth.toml`) is read
+//! first, the user's (`$XDG_CONFIG_HOME/berth/berth.toml`) second; a scalar set
+//! in the user file wins, lists are concatenated (site entries first).
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The site-wide configuration file.
+pub const SYSTEM_CONFIG: &str = "/etc/berth/berth.toml";
+
+/// Errors while reading configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A config file exists but could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A config file is not valid TOML or has unknown keys.
+    #[error("invalid config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, which names the line and key.
+        message: String,
+    },
+    /// No store location could be derived (no HOME, no XDG_DATA_HOME).
+    #[error("no store location: set --store, BERTH_STORE, `store` in berth.toml, or HOME")]
+    NoStore,
+}
+
+/// Squashfs writer settings for images in the store.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SquashfsSettings {
+    /// Block compressor: `zstd`, `lz4`, `gzip`, `xz`, `lzo`.
+    #[serde(default = "default_compressor")]
+    pub compressor: String,
+    /// Compression level where the compressor has one (zstd, gzip, xz).
+    #[serde(default)]
+    pub level: Option<u32>,
+    /// Data block size in bytes (4 KiB to 1 MiB, a power of two).
+    #[serde(default = "default_block_size")]
+    pub block_size: u32,
+}
+
+fn default_compressor() -> String {
+    "zstd".to_string()
+}
+
+fn default_block_size() -> u32 {
+    128 * 1024
+}
+
+impl Default for SquashfsSettings {
+    fn default() -> Self {
+        Self {
+            compressor: default_compressor(),
+            level: Some(3),
+            block_size: default_block_size(),
+        }
+    }
+}
+
+/// One parsed config file, as written. Every key is optional.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    /// The user's (writable) image store.
+    pub store: Option<PathBuf>,
+    /// Read-only stores searched after the user's, e.g. a site store on the
+    /// parallel filesystem maintained by the admins.
+    #[serde(default)]
+    pub shared_stores: Vec<PathBuf>,
+    /// Registries (`host` or `host:port`) that may be reached over plain HTTP
+    /// and without certificate verification.
+    #[serde(default)]
+    pub insecure_registries: Vec<String>,
+    /// Squashfs settings for new images.
+    pub squashfs: Option<SquashfsSettings>,
+}
+
+impl ConfigFile {
+    /// Parses one file's text; `path` only names the file in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string().trim().replace('\n', " "),
+        })
+    }
+
+    /// Reads and parses a file; a missing file is an empty config.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Self::parse(&text, path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
+            Err(source) => Err(ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            }),
+        }
+    }
+
+    /// Layers `over` on top of `self`: scalars from `over` win, lists append.
+    pub fn merge(mut self, over: ConfigFile) -> Self {
+        if over.store.is_some() {
+            self.store = over.store;
+        }
+        self.shared_stores.extend(over.shared_stores);
+        self.insecure_registries.extend(over.insecure_registries);
+        if over.squashfs.is_some() {
+            self.squashfs = over.squashfs;
+        }
+        self
+    }
+}
+
+/// The environment variables configuration resolution looks at, captured once
+/// so resolution stays a pure function (and testable).
+#[derive(Debug, Default, Clone)]
+pub struct Env {
+    /// `HOME`.
+    pub home: Option<PathBuf>,
+    /// `XDG_CONFIG_HOME`.
+    pub xdg_config_home: Option<PathBuf>,
+    /// `XDG_DATA_HOME`.
+    pub xdg_data_home: Option<PathBuf>,
+    /// `XDG_RUNTIME_DIR`.
+    pub xdg_runtime_dir: Option<PathBuf>,
+    /// `BERTH_STORE`.
+    pub berth_store: Option<PathBuf>,
+    /// `BERTH_SYSTEM_CONFIG`: replaces `/etc/berth/berth.toml` (tests, sites
+    /// that keep config elsewhere).
+    pub system_config: Option<PathBuf>,
+}
+
+fn non_empty(var: &str) -> Option<PathBuf> {
+    std::env::var_os(var)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+impl Env {
+    /// Captures the current process environment.
+    pub fn from_process() -> Self {
+        Self {
+            home: non_empty("HOME"),
+            xdg_config_home: non_empty("XDG_CONFIG_HOME"),
+            xdg_data_home: non_empty("XDG_DATA_HOME"),
+            xdg_runtime_dir: non_empty("XDG_RUNTIME_DIR"),
+            berth_store: non_empty("BERTH_STORE"),
+            system_config: non_empty("BERTH_SYSTEM_CONFIG"),
+        }
+    }
+
+    /// The site config file path.
+    pub fn system_config_path(&self) -> PathBuf {
+        self.system_config
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(SYSTEM_CONFIG))
+    }
+
+    /// The user's config file path, if a config directory is known.
+    pub fn user_config_path(&self) -> Option<PathBuf> {
+        let base = self
+            .xdg_config_home
+            .clone()
+            .or_else(|| self.home.as_ref().map(|h| h.join(".config")))?;
+        Some(base.join("berth").join("berth.toml"))
+    }
+
+    /// The default store: `$XDG_DATA_HOME/berth`, else `~/.local/share/berth`.
+    pub fn default_store(&self) -> Option<PathBuf> {
+        let base = self
+            .xdg_data_home
+            .clone()
+            .or_else(|| self.home.as_ref().map(|h| h.join(".local/share")))?;
+        Some(base.join("berth"))
+    }
+}
+
+/// The resolved configuration a command runs with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The writable store.
+    pub store: PathBuf,
+    /// Read-only stores searched after `store`.
+    pub shared_stores: Vec<PathBuf>,
+    /// Registries allowed over plain HTTP / without TLS verification.
+    pub insecure_registries: Vec<String>,
+    /// Squashfs settings for new images.
+    pub squashfs: SquashfsSettings,
+    /// Where the config came from, for `berth info` and error messages.
+    pub files: Vec<PathBuf>,
+}
+
+impl Config {
+    /// Resolves the configuration: `--store` (`cli_store`) first, then
+    /// `BERTH_STORE`, then the config files, then the XDG default.
+    pub fn resolve(cli_store: Option<&Path>, env: &Env) -> Result<Self, ConfigError> {
+        let system_path = env.system_config_path();
+        let mut files = Vec::new();
+        let mut merged = ConfigFile::load(&system_path)?;
+        if system_path.exists() {
+            files.push(system_path);
+        }
+        if let Some(user_path) = env.user_config_path() {
+            let user = ConfigFile::load(&user_path)?;
+            if user_path.exists() {
+                files.push(user_path);
+            }
+            merged = merged.merge(user);
+        }
+        Self::from_parts(cli_store, env, merged, files)
+    }
+
+    /// The pure part of [`Config::resolve`].
+    pub fn from_parts(
+        cli_store: Option<&Path>,
+        env: &Env,
+        file: ConfigFile,
+        files: Vec<PathBuf>,
+    ) -> Result<Self, ConfigError> {
+        let store = cli_store
+            .map(Path::to_path_buf)
+            .or_else(|| env.berth_store.clone())
+            .or(file.store)
+            .or_else(|| env.default_store())
+            .ok_or(ConfigError::NoStore)?;
+        let shared_stores = file
+            .shared_stores
+            .into_iter()
+            .filter(|s| *s != store)
+            .collect();
+        Ok(Self {
+            store,
+            shared_stores,
+            insecure_registries: file.insecure_registries,
+            squashfs: file.squashfs.unwrap_or_default(),
+            files,
+        })
+    }
+
+    /// Whether `registry` (`host[:port]`) is listed as insecure.
+    pub fn is_insecure(&self, registry: &str) -> bool {
+        self.insecure_registries.iter().any(|r| r == registry)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env() -> Env {
+        Env {
+            home: Some("/home/u".into()),
+            ..Env::default()
+        }
+    }
+
+    #[test]
+    fn store_precedence() {
+        let file = ConfigFile {
+            store: Some("/from/file".into()),
+            ..Default::default()
+        };
+        let mut e = env();
+        let c = Config::from_parts(None, &e, ConfigFile::default(), vec![]).unwrap();
+        assert_eq!(c.store, PathBuf::from("/home/u/.local/share/berth"));
+        e.xdg_data_home = Some("/xdg".into());
+        let c = Config::from_parts(None, &e, ConfigFile::default(), vec![]).unwrap();
+        assert_eq!(c.store, PathBuf::from("/xdg/berth"));
+        let c = Config::from_parts(None, &e, file.clone(), vec![]).unwrap();
+        assert_eq!(c.store, PathBuf::from("/from/file"));
+        e.berth_store = Some("/env".into());
+        let c = Config::from_parts(None, &e, file.clone(), vec![]).unwrap();
+        assert_eq!(c.store, PathBuf::from("/env"));
+        let c = Config::from_parts(Some(Path::new("/cli")), &e, file, vec![]).unwrap();
+        assert_eq!(c.store, PathBuf::from("/cli"));
+    }
+
+    #[test]
+    fn no_home_no_store() {
+        let e = Env::default();
+        assert!(matches!(
+            Config::from_parts(None, &e, ConfigFile::default(), vec![]),
+            Err(ConfigError::NoStore)
+        ));
+    }
+
+    #[test]
+    fn merge_user_over_site() {
+        let site = ConfigFile::parse(
+            "store = \"/site\"\nshared_stores = [\"/lustre/berth\"]\ninsecure_registries = [\"reg:5000\"]\n",
+            Path::new("site"),
+        )
+        .unwrap();
+        let user = ConfigFile::parse(
+            "store = \"/mine\"\ninsecure_registries = [\"localhost:5000\"]\n[squashfs]\ncompressor = \"lz4\"\n",
+            Path::new("user"),
+        )
+        .unwrap();
+        let c = Config::from_parts(None, &env(), site.merge(user), vec![]).unwrap();
+        assert_eq!(c.store, PathBuf::from("/mine"));
+        assert_eq!(c.shared_stores, vec![PathBuf::from("/lustre/berth")]);
+        assert!(c.is_insecure("reg:5000") && c.is_insecure("localhost:5000"));
+        assert_eq!(c.squashfs.compressor, "lz4");
+        assert_eq!(c.squashfs.block_size, 128 * 1024);
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = ConfigFile::parse("stroe = \"/x\"\n", Path::new("/etc/berth/berth.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("/etc/berth/berth.toml"), "{err}");
+        assert!(err.contains("stroe"), "{err}");
+    }
+
+    #[test]
+    fn missing_file_is_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = ConfigFile::load(&dir.path().join("nope.toml")).unwrap();
+        assert!(f.store.is_none());
+    }
+}

@@ -1,0 +1,483 @@
+//! Unit and property tests of the flattener against a reference model.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+
+use proptest::prelude::*;
+
+use super::*;
+
+/// One entry of a test layer.
+#[derive(Debug, Clone)]
+enum E {
+    Dir(&'static str),
+    File(&'static str, &'static str),
+    Sym(&'static str, &'static str),
+    Hard(&'static str, &'static str),
+    Dev(&'static str),
+}
+
+fn layer(entries: &[E]) -> Vec<u8> {
+    let owned: Vec<OwnedE> = entries.iter().map(OwnedE::from).collect();
+    layer_owned(&owned)
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum OwnedE {
+    Dir(String),
+    File(String, String),
+    Sym(String, String),
+    Hard(String, String),
+    Dev(String),
+}
+
+impl From<&E> for OwnedE {
+    fn from(e: &E) -> Self {
+        match e {
+            E::Dir(p) => OwnedE::Dir(p.to_string()),
+            E::File(p, c) => OwnedE::File(p.to_string(), c.to_string()),
+            E::Sym(p, t) => OwnedE::Sym(p.to_string(), t.to_string()),
+            E::Hard(p, t) => OwnedE::Hard(p.to_string(), t.to_string()),
+            E::Dev(p) => OwnedE::Dev(p.to_string()),
+        }
+    }
+}
+
+/// Writes raw names (no normalisation by the tar crate) so hostile names
+/// reach the flattener as written.
+fn raw_header(name: &str, kind: EntryType, size: u64, link: &str) -> Header {
+    let mut h = Header::new_gnu();
+    h.set_entry_type(kind);
+    h.set_mode(if kind == EntryType::Directory {
+        0o755
+    } else {
+        0o644
+    });
+    h.set_size(size);
+    h.set_mtime(1_600_000_000);
+    {
+        let old = h.as_old_mut();
+        old.name[..name.len()].copy_from_slice(name.as_bytes());
+        old.linkname[..link.len()].copy_from_slice(link.as_bytes());
+    }
+    h.set_cksum();
+    h
+}
+
+fn layer_owned(entries: &[OwnedE]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for e in entries {
+        let (h, data): (Header, &[u8]) = match e {
+            OwnedE::Dir(p) => (raw_header(p, EntryType::Directory, 0, ""), b""),
+            OwnedE::File(p, c) => (
+                raw_header(p, EntryType::Regular, c.len() as u64, ""),
+                c.as_bytes(),
+            ),
+            OwnedE::Sym(p, t) => (raw_header(p, EntryType::Symlink, 0, t), b""),
+            OwnedE::Hard(p, t) => (raw_header(p, EntryType::Link, 0, t), b""),
+            OwnedE::Dev(p) => (raw_header(p, EntryType::Char, 0, ""), b""),
+        };
+        b.append(&h, data).unwrap();
+    }
+    b.into_inner().unwrap()
+}
+
+/// What the flattened tree holds at a path.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Node {
+    Dir,
+    File(String),
+    Sym(String),
+}
+
+/// Flattens layers given bottom-up (as an image lists them) and returns the
+/// tree, resolving hard links to their content.
+fn flatten(layers_bottom_up: &[Vec<u8>]) -> Result<(BTreeMap<String, Node>, FlattenStats)> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut f = Flattener::new(Vec::new(), dir.path());
+    for (i, l) in layers_bottom_up.iter().enumerate().rev() {
+        f.add_layer(&format!("layer{i}"), &l[..])?;
+    }
+    let (out, stats) = f.finish()?;
+    let mut tree = BTreeMap::new();
+    let mut links = Vec::new();
+    let mut ar = tar::Archive::new(&out[..]);
+    for e in ar.entries().unwrap() {
+        let mut e = e.unwrap();
+        let p = String::from_utf8(e.path_bytes().into_owned()).unwrap();
+        let p = p.trim_start_matches("./").trim_end_matches('/').to_string();
+        let node = match e.header().entry_type() {
+            EntryType::Directory => Node::Dir,
+            EntryType::Regular => {
+                let mut s = String::new();
+                e.read_to_string(&mut s).unwrap();
+                Node::File(s)
+            }
+            EntryType::Symlink => {
+                Node::Sym(String::from_utf8(e.link_name_bytes().unwrap().into_owned()).unwrap())
+            }
+            EntryType::Link => {
+                links.push((
+                    p,
+                    String::from_utf8(e.link_name_bytes().unwrap().into_owned()).unwrap(),
+                ));
+                continue;
+            }
+            t => panic!("unexpected {t:?}"),
+        };
+        assert!(tree.insert(p.clone(), node).is_none(), "duplicate {p}");
+    }
+    for (p, t) in links {
+        let n = tree
+            .get(&t)
+            .cloned()
+            .unwrap_or_else(|| panic!("dangling link {p} -> {t}"));
+        tree.insert(p, n);
+    }
+    // Implicit parents.
+    let keys: Vec<String> = tree.keys().cloned().collect();
+    for k in keys {
+        let mut acc = String::new();
+        for c in k.split('/').collect::<Vec<_>>().split_last().unwrap().1 {
+            if !acc.is_empty() {
+                acc.push('/');
+            }
+            acc.push_str(c);
+            tree.entry(acc.clone()).or_insert(Node::Dir);
+        }
+    }
+    tree.remove("");
+    Ok((tree, stats))
+}
+
+/// The reference model: apply layers bottom-up to a map, as an extractor would.
+fn model(layers_bottom_up: &[Vec<OwnedE>]) -> BTreeMap<String, Node> {
+    let mut tree: BTreeMap<String, Node> = BTreeMap::new();
+    let remove_tree = |tree: &mut BTreeMap<String, Node>, p: &str| {
+        tree.retain(|k, _| k != p && !k.starts_with(&format!("{p}/")));
+    };
+    for l in layers_bottom_up {
+        // Whiteouts first (they apply to lower layers only).
+        for e in l {
+            if let OwnedE::File(p, _) = e {
+                let (parent, name) = p.rsplit_once('/').unwrap_or(("", p));
+                if name == ".wh..wh..opq" {
+                    let prefix = format!("{parent}/");
+                    tree.retain(|k, _| !k.starts_with(&prefix) || parent.is_empty() && false);
+                } else if let Some(t) = name.strip_prefix(".wh.") {
+                    let full = if parent.is_empty() {
+                        t.to_string()
+                    } else {
+                        format!("{parent}/{t}")
+                    };
+                    remove_tree(&mut tree, &full);
+                }
+            }
+        }
+        for e in l {
+            let (p, node) = match e {
+                OwnedE::File(p, _) if p.rsplit('/').next().unwrap().starts_with(".wh.") => continue,
+                OwnedE::Dir(p) => (p, Node::Dir),
+                OwnedE::File(p, c) => (p, Node::File(c.clone())),
+                OwnedE::Sym(p, t) => (p, Node::Sym(t.clone())),
+                OwnedE::Hard(p, t) => (p, tree.get(t).cloned().unwrap()),
+                OwnedE::Dev(_) => continue,
+            };
+            if node != Node::Dir || tree.get(p) != Some(&Node::Dir) {
+                remove_tree(&mut tree, p);
+            }
+            let mut acc = String::new();
+            for c in p.split('/').collect::<Vec<_>>().split_last().unwrap().1 {
+                if !acc.is_empty() {
+                    acc.push('/');
+                }
+                acc.push_str(c);
+                tree.insert(acc.clone(), Node::Dir);
+            }
+            tree.insert(p.clone(), node);
+        }
+    }
+    tree
+}
+
+fn check_against_model(layers: &[&[E]]) {
+    let owned: Vec<Vec<OwnedE>> = layers
+        .iter()
+        .map(|l| l.iter().map(OwnedE::from).collect())
+        .collect();
+    let tars: Vec<Vec<u8>> = owned.iter().map(|l| layer_owned(l)).collect();
+    let (got, _) = flatten(&tars).unwrap();
+    assert_eq!(got, model(&owned));
+}
+
+#[test]
+fn upper_replaces_lower() {
+    check_against_model(&[
+        &[
+            E::Dir("etc"),
+            E::File("etc/a", "old"),
+            E::File("etc/b", "b"),
+        ],
+        &[E::File("etc/a", "new")],
+    ]);
+}
+
+#[test]
+fn whiteouts_and_opaque() {
+    check_against_model(&[
+        &[
+            E::Dir("d"),
+            E::File("d/x", "x"),
+            E::File("d/y", "y"),
+            E::Dir("o"),
+            E::File("o/1", "1"),
+            E::File("keep", "k"),
+        ],
+        &[
+            E::File("d/.wh.x", ""),
+            E::Dir("o"),
+            E::File("o/.wh..wh..opq", ""),
+            E::File("o/2", "2"),
+        ],
+    ]);
+}
+
+#[test]
+fn whiteout_does_not_hide_same_layer() {
+    let (t, _) = flatten(&[
+        layer(&[E::File("a", "lower")]),
+        layer(&[E::File("a", "same"), E::File(".wh.a", "")]),
+    ])
+    .unwrap();
+    assert_eq!(t.get("a"), Some(&Node::File("same".into())));
+}
+
+#[test]
+fn file_replaced_by_dir_and_dir_by_file() {
+    check_against_model(&[
+        &[E::File("f", "file"), E::Dir("d"), E::File("d/inner", "i")],
+        &[
+            E::Dir("f"),
+            E::File("f/child", "c"),
+            E::File("d", "now a file"),
+        ],
+    ]);
+}
+
+#[test]
+fn hard_link_keeps_old_content_when_target_overwritten() {
+    let (t, _) = flatten(&[
+        layer(&[E::File("t", "old"), E::Hard("l", "t")]),
+        layer(&[E::File("t", "new")]),
+    ])
+    .unwrap();
+    assert_eq!(t.get("t"), Some(&Node::File("new".into())));
+    assert_eq!(t.get("l"), Some(&Node::File("old".into())));
+}
+
+#[test]
+fn hard_link_pairs_and_chains() {
+    let (t, _) = flatten(&[
+        layer(&[E::File("t", "old"), E::Hard("l1", "t"), E::Hard("l2", "t")]),
+        layer(&[E::File(".wh.t", "")]),
+    ])
+    .unwrap();
+    assert_eq!(t.get("t"), None);
+    assert_eq!(t.get("l1"), Some(&Node::File("old".into())));
+    assert_eq!(t.get("l2"), Some(&Node::File("old".into())));
+}
+
+#[test]
+fn devices_dropped_and_shadow_lower() {
+    let (t, stats) = flatten(&[
+        layer(&[E::File("dev/null", "x")]),
+        layer(&[E::Dev("dev/null")]),
+    ])
+    .unwrap();
+    assert_eq!(t.get("dev/null"), None);
+    assert_eq!(stats.dropped_devices, vec!["dev/null".to_string()]);
+}
+
+#[test]
+fn names_are_normalised() {
+    let (t, _) = flatten(&[layer(&[
+        E::Dir("./"),
+        E::Dir("./a/"),
+        E::File("./a/./b", "b"),
+    ])])
+    .unwrap();
+    assert_eq!(t.get("a/b"), Some(&Node::File("b".into())));
+}
+
+fn refused(layers: &[Vec<u8>], needle: &str) {
+    match flatten(layers) {
+        Err(e @ Error::UnsafeEntry { .. }) => {
+            let msg = e.to_string();
+            assert!(msg.contains(needle), "{msg} lacks {needle}");
+        }
+        other => panic!("expected refusal naming {needle}, got {other:?}"),
+    }
+}
+
+#[test]
+fn escapes_are_refused() {
+    refused(&[layer(&[E::File("../escape", "x")])], "../escape");
+    refused(
+        &[layer(&[E::File("a/../../escape", "x")])],
+        "a/../../escape",
+    );
+    refused(&[layer(&[E::File("/abs", "x")])], "/abs");
+    refused(
+        &[layer(&[E::Sym("lnk", "/tmp"), E::File("lnk/escape", "x")])],
+        "lnk/escape",
+    );
+    refused(
+        &[
+            layer(&[E::Sym("lnk", "/tmp")]),
+            layer(&[E::File("lnk/escape", "x")]),
+        ],
+        "lnk",
+    );
+    refused(&[layer(&[E::Hard("h", "../../etc/passwd")])], "\"h\"");
+    refused(&[layer(&[E::Hard("h", "/etc/passwd")])], "\"h\"");
+    refused(
+        &[layer(&[E::Sym("s", "/etc"), E::Hard("h", "s/passwd")])],
+        "\"h\"",
+    );
+    refused(&[layer(&[E::Dir("d"), E::Hard("h", "d")])], "\"h\"");
+}
+
+#[test]
+fn upper_symlink_over_lower_dir_hides_lower_contents() {
+    // Not an escape: the upper layer replaced the directory by a link.
+    check_against_model(&[
+        &[E::Dir("d"), E::File("d/x", "x")],
+        &[E::Sym("d", "/elsewhere")],
+    ]);
+}
+
+#[test]
+fn dangling_hard_link_is_bad_image() {
+    let err = flatten(&[layer(&[E::Hard("h", "nothing")])]).unwrap_err();
+    assert!(matches!(err, Error::BadImage(_)), "{err}");
+}
+
+#[test]
+fn xattrs_pass_through() {
+    let mut b = tar::Builder::new(Vec::new());
+    b.append_pax_extensions([("SCHILY.xattr.user.k", &b"v"[..])])
+        .unwrap();
+    let mut h = raw_header("f", EntryType::Regular, 1, "");
+    h.set_cksum();
+    b.append(&h, &b"1"[..]).unwrap();
+    let l = b.into_inner().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut f = Flattener::new(Vec::new(), dir.path());
+    f.add_layer("l", &l[..]).unwrap();
+    let (out, _) = f.finish().unwrap();
+    let mut ar = tar::Archive::new(&out[..]);
+    let mut e = ar.entries().unwrap().next().unwrap().unwrap();
+    let exts: Vec<(String, Vec<u8>)> = e
+        .pax_extensions()
+        .unwrap()
+        .unwrap()
+        .map(|x| {
+            let x = x.unwrap();
+            (x.key().unwrap().to_string(), x.value_bytes().to_vec())
+        })
+        .collect();
+    assert_eq!(
+        exts,
+        vec![("SCHILY.xattr.user.k".to_string(), b"v".to_vec())]
+    );
+}
+
+fn arb_name() -> impl Strategy<Value = String> {
+    prop::sample::select(vec!["a", "b", "c", "a/x", "a/y", "b/x", "a/x/deep", "c/z"])
+        .prop_map(String::from)
+}
+
+fn arb_entry() -> impl Strategy<Value = OwnedE> {
+    prop_oneof![
+        arb_name().prop_map(OwnedE::Dir),
+        (arb_name(), "[a-z]{0,4}").prop_map(|(p, c)| OwnedE::File(p, c)),
+        (arb_name(), "[a-z]{1,4}").prop_map(|(p, t)| OwnedE::Sym(p, format!("/{t}"))),
+        arb_name().prop_map(|p| {
+            let (parent, name) = p
+                .rsplit_once('/')
+                .map(|(a, b)| (format!("{a}/"), b.to_string()))
+                .unwrap_or_default();
+            let name = if name.is_empty() { p.clone() } else { name };
+            OwnedE::File(format!("{parent}.wh.{name}"), String::new())
+        }),
+        prop::sample::select(vec!["a", "b"])
+            .prop_map(|d| OwnedE::File(format!("{d}/.wh..wh..opq"), String::new())),
+    ]
+}
+
+/// Keeps a layer the way real layer tars are: parents listed before
+/// children, each path once, nothing below a non-directory.
+fn sanitize(l: Vec<OwnedE>) -> Vec<OwnedE> {
+    let mut out: Vec<OwnedE> = Vec::new();
+    let mut seen: BTreeMap<String, bool> = BTreeMap::new(); // path -> is dir
+    for e in l {
+        let p = match &e {
+            OwnedE::Dir(p)
+            | OwnedE::File(p, _)
+            | OwnedE::Sym(p, _)
+            | OwnedE::Hard(p, _)
+            | OwnedE::Dev(p) => p.clone(),
+        };
+        let is_wh = p.rsplit('/').next().unwrap().starts_with(".wh.");
+        if seen.contains_key(&p) {
+            continue;
+        }
+        let parents: Vec<String> = {
+            let parts: Vec<&str> = p.split('/').collect();
+            (1..parts.len()).map(|i| parts[..i].join("/")).collect()
+        };
+        if parents.iter().any(|a| seen.get(a) == Some(&false)) {
+            continue;
+        }
+        if !is_wh
+            && seen.keys().any(|k| k.starts_with(&format!("{p}/")))
+            && !matches!(e, OwnedE::Dir(_))
+        {
+            continue;
+        }
+        for a in parents {
+            if !seen.contains_key(&a) {
+                seen.insert(a.clone(), true);
+                out.push(OwnedE::Dir(a));
+            }
+        }
+        seen.insert(p, matches!(e, OwnedE::Dir(_)) || is_wh);
+        out.push(e);
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+    #[test]
+    fn flatten_matches_model(layers in prop::collection::vec(prop::collection::vec(arb_entry(), 0..8), 1..5)) {
+        let layers: Vec<Vec<OwnedE>> = layers.into_iter().map(sanitize).collect();
+        let tars: Vec<Vec<u8>> = layers.iter().map(|l| layer_owned(l)).collect();
+        match flatten(&tars) {
+            Ok((got, _)) => prop_assert_eq!(got, model(&layers)),
+            // A lower non-directory under an upper layer's implicit parents is
+            // refused on purpose (it would be followed on extraction).
+            Err(Error::UnsafeEntry { .. }) => {}
+            Err(e) => prop_assert!(false, "unexpected error {e}"),
+        }
+    }
+
+    #[test]
+    fn normalize_never_escapes(raw in "[a-z./]{0,24}") {
+        if let Ok(n) = normalize("l", raw.as_bytes()) {
+            let s = String::from_utf8(n).unwrap();
+            prop_assert!(!s.starts_with('/'));
+            prop_assert!(!s.split('/').any(|c| c == ".." || c == "."));
+        }
+    }
+}

@@ -1,0 +1,22 @@
+//! berth's image pipeline.
+//!
+//! From a reference or an archive to one squashfs file per image in a
+//! content-addressed store:
+//!
+//! - [`reference`]: Docker-grammar image references.
+//! - [`registry`]: the OCI distribution client (auth, retries, resume).
+//! - [`archive`]: docker-archive, oci-archive and OCI layout sources.
+//! - [`layer`]: layer decompression and diff-ID verification.
+//! - [`flatten`]: applying the layer stack (whiteouts, links, path safety).
+//! - [`squash`]: the squashfs writer.
+//! - [`store`]: the content-addressed store, its locks and atomic publication.
+//! - [`pull`]: the pipeline tying them together.
+
+pub mod error;
+pub mod flatten;
+pub mod layer;
+pub mod reference;
+pub mod squash;
+pub mod store;
+
+pub use error::{Error, ErrorClass, Result};

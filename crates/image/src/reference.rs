@@ -1,0 +1,205 @@
+//! Image references (`[registry[:port]/]repository[:tag][@digest]`), following
+//! the Docker grammar: a bare name means `docker.io/library/NAME:latest`; the
+//! first component is a registry when it has a `.` or a `:` or is `localhost`.
+
+use std::fmt;
+
+use oci_spec::distribution::Reference;
+
+use crate::error::{Error, Result};
+
+/// A parsed, normalised image reference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageRef {
+    inner: Reference,
+}
+
+impl ImageRef {
+    /// Parses a reference typed by a user.
+    pub fn parse(text: &str) -> Result<Self> {
+        let invalid = |reason: String| Error::Reference {
+            reference: text.to_string(),
+            reason,
+        };
+        if text.trim() != text || text.is_empty() {
+            return Err(invalid("empty, or surrounded by white space".to_string()));
+        }
+        if text.chars().any(|c| c.is_ascii_uppercase())
+            && !text.contains('@')
+            && text.split(':').next().is_some_and(|name| {
+                // Upper case is allowed in tags and a registry host, not in
+                // repository paths; say so instead of the regexp's message.
+                name.split('/')
+                    .skip(1)
+                    .any(|c| c.chars().any(|c| c.is_ascii_uppercase()))
+            })
+        {
+            return Err(invalid("repository names must be lower case".to_string()));
+        }
+        let inner = Reference::try_from(text).map_err(|e| invalid(e.to_string()))?;
+        Ok(Self { inner })
+    }
+
+    /// Parses a local image name given to `berth import`: a name without a
+    /// registry lands under `localhost/` (as podman does), tag `latest`.
+    pub fn parse_local_name(text: &str) -> Result<Self> {
+        let first = text.split('/').next().unwrap_or_default();
+        let has_registry = text.contains('/')
+            && (first.contains('.') || first.contains(':') || first == "localhost");
+        if has_registry {
+            Self::parse(text)
+        } else {
+            Self::parse(&format!("localhost/{text}"))
+        }
+    }
+
+    /// The registry host as written (`docker.io` for Docker Hub).
+    pub fn registry(&self) -> &str {
+        self.inner.registry()
+    }
+
+    /// The registry host to contact (`index.docker.io` for Docker Hub).
+    pub fn resolve_registry(&self) -> &str {
+        self.inner.resolve_registry()
+    }
+
+    /// The repository path, e.g. `library/debian`.
+    pub fn repository(&self) -> &str {
+        self.inner.repository()
+    }
+
+    /// The tag, if any (`latest` when neither tag nor digest was given).
+    pub fn tag(&self) -> Option<&str> {
+        self.inner.tag()
+    }
+
+    /// The digest, if the reference pins one.
+    pub fn digest(&self) -> Option<&str> {
+        self.inner.digest()
+    }
+
+    /// The name the store records for this reference: `registry/repo:tag`,
+    /// or `registry/repo@digest` when only a digest was given.
+    pub fn store_name(&self) -> String {
+        match (self.tag(), self.digest()) {
+            (Some(tag), _) => format!("{}/{}:{}", self.registry(), self.repository(), tag),
+            (None, Some(d)) => format!("{}/{}@{}", self.registry(), self.repository(), d),
+            (None, None) => format!("{}/{}:latest", self.registry(), self.repository()),
+        }
+    }
+
+    /// The same repository pinned to `digest`.
+    pub fn with_digest(&self, digest: &str) -> Self {
+        Self {
+            inner: Reference::with_digest(
+                self.registry().to_string(),
+                self.repository().to_string(),
+                digest.to_string(),
+            ),
+        }
+    }
+
+    /// The underlying `oci-spec` reference, for the registry client.
+    pub fn as_oci(&self) -> &Reference {
+        &self.inner
+    }
+}
+
+impl fmt::Display for ImageRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(s: &str) -> String {
+        ImageRef::parse(s).unwrap().store_name()
+    }
+
+    #[test]
+    fn docker_defaults() {
+        assert_eq!(name("debian"), "docker.io/library/debian:latest");
+        assert_eq!(name("debian:12"), "docker.io/library/debian:12");
+        assert_eq!(name("user/app"), "docker.io/user/app:latest");
+        assert_eq!(name("docker.io/debian"), "docker.io/library/debian:latest");
+        assert_eq!(
+            ImageRef::parse("debian").unwrap().resolve_registry(),
+            "index.docker.io"
+        );
+    }
+
+    #[test]
+    fn registries_ports_localhost() {
+        assert_eq!(name("localhost/x"), "localhost/x:latest");
+        assert_eq!(name("localhost:5000/a/b:t"), "localhost:5000/a/b:t");
+        assert_eq!(
+            name("127.0.0.1:5000/berth-test/layers"),
+            "127.0.0.1:5000/berth-test/layers:latest"
+        );
+        assert_eq!(name("quay.io/org/img:v1.2"), "quay.io/org/img:v1.2");
+        let r = ImageRef::parse("ghcr.io/o/i:v1").unwrap();
+        assert_eq!(
+            (r.registry(), r.repository(), r.tag()),
+            ("ghcr.io", "o/i", Some("v1"))
+        );
+    }
+
+    #[test]
+    fn digests() {
+        let d = format!("sha256:{}", "a".repeat(64));
+        let r = ImageRef::parse(&format!("reg:5000/x@{d}")).unwrap();
+        assert_eq!(r.digest(), Some(d.as_str()));
+        assert_eq!(r.tag(), None);
+        assert_eq!(r.store_name(), format!("reg:5000/x@{d}"));
+        let r = ImageRef::parse(&format!("x:1@{d}")).unwrap();
+        assert_eq!((r.tag(), r.digest()), (Some("1"), Some(d.as_str())));
+    }
+
+    #[test]
+    fn rejects() {
+        for bad in [
+            "",
+            " debian",
+            "Debian/Foo",
+            "x@sha256:abc",
+            "x@md5:0123",
+            "a//b",
+            "x:",
+            ":tag",
+            "x:tag with space",
+            "-x",
+        ] {
+            let err = ImageRef::parse(bad);
+            assert!(err.is_err(), "{bad:?} accepted: {err:?}");
+        }
+    }
+
+    #[test]
+    fn local_names() {
+        let n = |s: &str| ImageRef::parse_local_name(s).unwrap().store_name();
+        assert_eq!(n("myimg"), "localhost/myimg:latest");
+        assert_eq!(n("me/myimg:v2"), "localhost/me/myimg:v2");
+        assert_eq!(n("reg.example.org/a:1"), "reg.example.org/a:1");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn parse_never_panics(s in "\\PC{0,80}") {
+            let _ = ImageRef::parse(&s);
+            let _ = ImageRef::parse_local_name(&s);
+        }
+
+        #[test]
+        fn roundtrip(reg in "(localhost|[a-z]{1,8}\\.[a-z]{2,3})(:[0-9]{2,5})?",
+                     repo in "[a-z0-9]{1,10}(/[a-z0-9]{1,10}){0,2}",
+                     tag in "[A-Za-z0-9_][A-Za-z0-9_.-]{0,20}") {
+            let text = format!("{reg}/{repo}:{tag}");
+            let r = ImageRef::parse(&text).unwrap();
+            proptest::prop_assert_eq!(r.store_name(), text.clone());
+            proptest::prop_assert_eq!(ImageRef::parse(&r.store_name()).unwrap(), r);
+        }
+    }
+}

@@ -1,0 +1,274 @@
+#!/bin/bash
+# Set up the environment for berth's integration tests (run as root).
+#
+#  - installs the tools the tests and fixtures need (only when missing)
+#  - makes /dev/fuse usable by everyone, creates the unprivileged user
+#    berthtest (with a subuid/subgid range)
+#  - builds the image fixtures (make_images.py) under $BERTH_IT_DIR/fixtures
+#  - (re)starts two local docker-registry instances, anonymous on
+#    127.0.0.1:5000 and htpasswd-protected on 127.0.0.1:5001, and pushes
+#    the images to them
+#  - writes $BERTH_IT_DIR/env (KEY=VALUE lines) for the tests
+#
+# Idempotent: every run stops the registries of the previous run (see
+# teardown.sh), and rebuilds fixtures and registry storage from scratch,
+# so it also undoes any tampering a test did.
+set -Eeuo pipefail
+
+BERTH_IT_DIR=${BERTH_IT_DIR:-/tmp/berth-it}
+export BERTH_IT_DIR
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+FIXTURES=$BERTH_IT_DIR/fixtures
+LOG_DIR=$BERTH_IT_DIR/logs
+RUN_DIR=$BERTH_IT_DIR/run
+REG_DIR=$BERTH_IT_DIR/registry
+
+REG_ANON=127.0.0.1:5000
+REG_AUTH=127.0.0.1:5001
+REG_USER=berth
+REG_PASS=s3cret-pass
+TEST_USER=berthtest
+SUBID_RANGE=200000:65536
+REPO=berth-test
+
+PACKAGES=(squashfs-tools-ng squashfs-tools skopeo umoci docker-registry
+          apache2-utils busybox-static zstd squashfuse fuse3 jq python3
+          curl gzip)
+
+die() { echo "setup.sh: ERROR: $*" >&2; exit 1; }
+trap 'echo "setup.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
+log() { echo "setup.sh: $*"; }
+
+[[ $(id -u) == 0 ]] || die "must run as root"
+umask 022
+
+# --------------------------------------------------------------------------
+# Packages
+# --------------------------------------------------------------------------
+missing=()
+for p in "${PACKAGES[@]}"; do
+    [[ $(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null) == installed ]] \
+        || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    log "installing: ${missing[*]}"
+    # Keep apt from starting the packaged docker-registry service (it would
+    # take port 5000); policy-rc.d is the Debian way to say so.
+    policy_rc=
+    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+        policy_rc=/usr/sbin/policy-rc.d
+        printf '#!/bin/sh\nexit 101\n' > "$policy_rc"
+        chmod 0755 "$policy_rc"
+    fi
+    rc=0
+    { DEBIAN_FRONTEND=noninteractive apt-get update -q &&
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+          --no-install-recommends "${missing[@]}"; } || rc=$?
+    if [[ -n $policy_rc ]]; then rm -f "$policy_rc"; fi
+    ((rc == 0)) || die "apt-get install ${missing[*]} failed"
+fi
+for t in skopeo umoci htpasswd zstd jq curl python3 /bin/busybox /usr/bin/docker-registry; do
+    command -v "$t" >/dev/null || die "$t not found after installing packages"
+done
+
+# --------------------------------------------------------------------------
+# FUSE and the unprivileged test user
+# --------------------------------------------------------------------------
+if [[ -e /dev/fuse ]]; then chmod 0666 /dev/fuse; fi
+
+if ! id -u "$TEST_USER" >/dev/null 2>&1; then
+    log "creating user $TEST_USER"
+    useradd --create-home --user-group --shell /bin/bash "$TEST_USER"
+    # useradd may allocate subordinate ids itself; we want our fixed range.
+    for f in /etc/subuid /etc/subgid; do
+        if [[ -e $f ]]; then sed -i "/^$TEST_USER:/d" "$f"; fi
+    done
+fi
+home=$(getent passwd "$TEST_USER" | cut -d: -f6)
+if [[ ! -d $home ]]; then
+    install -d -m 0755 -o "$TEST_USER" -g "$(id -g "$TEST_USER")" "$home"
+fi
+for f in /etc/subuid /etc/subgid; do
+    touch "$f"
+    grep -q "^$TEST_USER:" "$f" || echo "$TEST_USER:$SUBID_RANGE" >> "$f"
+done
+
+# --------------------------------------------------------------------------
+# Work dir; stop the registries of a previous run
+# --------------------------------------------------------------------------
+mkdir -p "$BERTH_IT_DIR" "$LOG_DIR" "$RUN_DIR"
+touch "$BERTH_IT_DIR/.berth-it"     # marker for teardown.sh --purge
+chmod 0755 "$BERTH_IT_DIR" "$LOG_DIR" "$RUN_DIR"
+rm -f "$BERTH_IT_DIR/env"
+
+"$HERE/teardown.sh" || die "could not stop the registries of a previous run"
+
+# --------------------------------------------------------------------------
+# Fixtures
+# --------------------------------------------------------------------------
+log "building fixtures in $FIXTURES"
+python3 "$HERE/make_images.py" || die "make_images.py failed"
+
+# --------------------------------------------------------------------------
+# Registries
+# --------------------------------------------------------------------------
+
+# write_config NAME PORT [htpasswd]: registry config under $REG_DIR/NAME
+write_config() {
+    local name=$1 port=$2 auth=${3:-} dir=$REG_DIR/$1
+    cat > "$dir/config.yml" <<EOF
+# docker-registry for berth integration tests ($name), made by setup.sh
+version: 0.1
+log:
+  level: info
+  formatter: text
+storage:
+  filesystem:
+    rootdirectory: $dir/storage
+  delete:
+    enabled: true
+  maintenance:
+    uploadpurging:
+      enabled: false
+http:
+  addr: 127.0.0.1:$port
+  secret: berth-integration-tests
+health:
+  storagedriver:
+    enabled: false
+EOF
+    if [[ -n $auth ]]; then
+        cat >> "$dir/config.yml" <<EOF
+auth:
+  htpasswd:
+    realm: berth-test
+    path: $dir/htpasswd
+EOF
+    fi
+}
+
+# start_registry NAME PORT EXPECTED_HTTP_STATUS_OF_/v2/
+start_registry() {
+    local name=$1 port=$2 want=$3 dir=$REG_DIR/$1 pid code i
+    local log_file=$LOG_DIR/registry-$name.log
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+        die "port $port is already in use by a process setup.sh did not start" \
+            "(the packaged docker-registry service? try: systemctl stop docker-registry)"
+    fi
+    # setsid: own session, so the registry outlives this script's job.
+    setsid /usr/bin/docker-registry serve "$dir/config.yml" \
+        > "$log_file" 2>&1 < /dev/null &
+    pid=$!
+    echo "$pid" > "$RUN_DIR/registry-$name.pid"
+    for ((i = 0; i < 100; i++)); do
+        kill -0 "$pid" 2>/dev/null || {
+            tail -n 20 "$log_file" >&2
+            die "registry $name exited at startup, see $log_file"
+        }
+        code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/v2/" || true)
+        if [[ $code == "$want" ]]; then
+            log "registry $name up on 127.0.0.1:$port (pid $pid, /v2/ -> $code)"
+            return 0
+        fi
+        sleep 0.2
+    done
+    tail -n 20 "$log_file" >&2
+    die "registry $name on port $port: /v2/ answered '$code', expected $want"
+}
+
+rm -rf "$REG_DIR"
+mkdir -p "$REG_DIR/anon/storage" "$REG_DIR/auth/storage"
+write_config anon 5000
+write_config auth 5001 htpasswd
+htpasswd -Bbn "$REG_USER" "$REG_PASS" > "$REG_DIR/auth/htpasswd"
+chmod -R a+rX "$REG_DIR"
+start_registry anon 5000 200
+start_registry auth 5001 401
+
+# --------------------------------------------------------------------------
+# Push
+# --------------------------------------------------------------------------
+SKOPEO=(skopeo --insecure-policy)
+
+# push NAME DEST_REGISTRY [skopeo copy options...]
+# Copies oci:$FIXTURES/oci/NAME:latest to DEST/berth-test/NAME:latest.
+push() {
+    local name=$1 reg=$2
+    shift 2
+    "${SKOPEO[@]}" copy --quiet --all --dest-tls-verify=false "$@" \
+        "oci:$FIXTURES/oci/$name:latest" "docker://$reg/$REPO/$name:latest" \
+        || die "pushing $name to $reg failed"
+}
+
+# raw_manifest REF [skopeo inspect options...]: manifest bytes into $TMP_MAN
+TMP_MAN=$BERTH_IT_DIR/run/manifest.tmp
+raw_manifest() {
+    local ref=$1
+    shift
+    "${SKOPEO[@]}" inspect --raw --tls-verify=false "$@" "docker://$ref" > "$TMP_MAN" \
+        || die "skopeo inspect $ref failed"
+}
+
+# verify_same NAME REG [creds options]: the registry serves byte-identical
+# manifests (hence the same digests, compression and media types).
+verify_same() {
+    local name=$1 reg=$2 want got
+    shift 2
+    want=$(jq -r '.manifests[0].digest' "$FIXTURES/oci/$name/index.json")
+    raw_manifest "$reg/$REPO/$name:latest" "$@"
+    got=sha256:$(sha256sum < "$TMP_MAN" | cut -d' ' -f1)
+    [[ $got == "$want" ]] \
+        || die "$reg/$REPO/$name:latest has manifest digest $got, layout has $want"
+}
+
+log "pushing images"
+if [[ $("${SKOPEO[@]}" copy --help) == *--preserve-digests* ]]; then
+    PRESERVE=(--preserve-digests)
+else
+    PRESERVE=()   # older skopeo: verify_same below still checks the digests
+fi
+
+mapfile -t EVIL < <(cut -f1 "$FIXTURES/evil.txt")
+for name in layers multiarch hostfiles "${EVIL[@]}"; do
+    push "$name" "$REG_ANON" "${PRESERVE[@]}"
+    verify_same "$name" "$REG_ANON"
+done
+push layers "$REG_AUTH" "${PRESERVE[@]}" --dest-creds "$REG_USER:$REG_PASS"
+verify_same layers "$REG_AUTH" --creds "$REG_USER:$REG_PASS"
+
+# docker-v2s2: converted on the way, so only the media types are checked.
+push docker-v2s2 "$REG_ANON" --format v2s2
+raw_manifest "$REG_ANON/$REPO/docker-v2s2:latest"
+jq -e '.mediaType == "application/vnd.docker.distribution.manifest.v2+json"
+       and (.layers | all(.mediaType ==
+            "application/vnd.docker.image.rootfs.diff.tar.gzip"))' \
+    "$TMP_MAN" > /dev/null || die "docker-v2s2 was not stored as Docker v2 schema 2"
+
+# Show what the registry holds for the multi-compression image and the index.
+raw_manifest "$REG_ANON/$REPO/layers:latest"
+log "layers layer media types: $(jq -r '[.layers[].mediaType] | join(", ")' "$TMP_MAN")"
+raw_manifest "$REG_ANON/$REPO/multiarch:latest"
+log "multiarch: $(jq -r '.mediaType + " [" + ([.manifests[].platform |
+    .os + "/" + .architecture + (if .variant then "/" + .variant else "" end)]
+    | join(", ")) + "]"' "$TMP_MAN")"
+rm -f "$TMP_MAN"
+
+# --------------------------------------------------------------------------
+# Environment for the tests
+# --------------------------------------------------------------------------
+cat > "$BERTH_IT_DIR/env.tmp" <<EOF
+BERTH_IT_DIR=$BERTH_IT_DIR
+BERTH_IT_REG_ANON=$REG_ANON
+BERTH_IT_REG_AUTH=$REG_AUTH
+BERTH_IT_REG_USER=$REG_USER
+BERTH_IT_REG_PASS=$REG_PASS
+BERTH_IT_USER=$TEST_USER
+BERTH_IT_FIXTURES=$FIXTURES
+BERTH_IT_REG_ANON_STORAGE=$REG_DIR/anon/storage
+BERTH_IT_REG_AUTH_STORAGE=$REG_DIR/auth/storage
+EOF
+chmod 0644 "$BERTH_IT_DIR/env.tmp"
+mv "$BERTH_IT_DIR/env.tmp" "$BERTH_IT_DIR/env"
+
+log "done; environment in $BERTH_IT_DIR/env, stop registries with $HERE/teardown.sh"

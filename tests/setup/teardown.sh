@@ -1,0 +1,64 @@
+#!/bin/bash
+# Stop the registries that tests/setup/setup.sh started.
+#
+# Only processes recorded in $BERTH_IT_DIR/run/*.pid are touched, and only
+# when they still are a docker-registry serving a config under
+# $BERTH_IT_DIR (so a recycled PID is never killed).
+#
+#   teardown.sh          stop the registries, keep fixtures and storage
+#   teardown.sh --purge  also delete $BERTH_IT_DIR
+set -euo pipefail
+
+BERTH_IT_DIR=${BERTH_IT_DIR:-/tmp/berth-it}
+RUN_DIR=$BERTH_IT_DIR/run
+
+# is_ours PID: true when PID is a docker-registry started by setup.sh.
+is_ours() {
+    local cmdline
+    cmdline=$(tr '\0' ' ' 2>/dev/null < "/proc/$1/cmdline") || return 1
+    [[ $cmdline == *docker-registry\ serve\ "$BERTH_IT_DIR"/registry/* ]]
+}
+
+stop_pid() {
+    local pid=$1 name=$2 i
+    if ! is_ours "$pid"; then
+        echo "teardown: $name: pid $pid not running (or not ours), nothing to stop"
+        return 0
+    fi
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < 50; i++)); do
+        is_ours "$pid" || { echo "teardown: stopped $name (pid $pid)"; return 0; }
+        sleep 0.1
+    done
+    echo "teardown: $name (pid $pid) ignored SIGTERM, sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    for ((i = 0; i < 50; i++)); do
+        is_ours "$pid" || return 0
+        sleep 0.1
+    done
+    echo "teardown: ERROR: could not stop $name (pid $pid)" >&2
+    return 1
+}
+
+if [[ -d $RUN_DIR ]]; then
+    for pidfile in "$RUN_DIR"/*.pid; do
+        [[ -e $pidfile ]] || continue
+        name=$(basename "$pidfile" .pid)
+        pid=$(cat "$pidfile")
+        if [[ $pid =~ ^[0-9]+$ ]]; then
+            stop_pid "$pid" "$name"
+        fi
+        rm -f "$pidfile"
+    done
+fi
+
+if [[ ${1:-} == --purge ]]; then
+    # Refuse to delete a directory setup.sh did not create.
+    if [[ -e $BERTH_IT_DIR/.berth-it ]]; then
+        rm -rf "$BERTH_IT_DIR"
+        echo "teardown: removed $BERTH_IT_DIR"
+    elif [[ -e $BERTH_IT_DIR ]]; then
+        echo "teardown: $BERTH_IT_DIR has no .berth-it marker, not removing it" >&2
+        exit 1
+    fi
+fi

@@ -1,1 +1,38 @@
-fn main() {}
+//! `berth`: a rootless container engine for HPC. This binary only parses the
+//! command line and hands off to the library crates.
+
+mod cli;
+mod commands;
+mod progress;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    init_logging(&cli.global, cli.command.is_quiet());
+    match commands::run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            let (code, msg) = commands::describe_error(&e);
+            eprintln!("berth: error: {msg}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn init_logging(global: &cli::Global, cli_quiet: bool) {
+    let default = if cli_quiet { "error" } else { "warn" };
+    let filter =
+        tracing_subscriber::EnvFilter::try_new(global.log_level.as_deref().unwrap_or(default))
+            .or_else(|_| tracing_subscriber::EnvFilter::try_new(default))
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .without_time()
+        .init();
+}

@@ -94,8 +94,9 @@ pub struct FlattenStats {
 pub struct Flattener<W: Write> {
     out: tar::Builder<W>,
     emitted: HashMap<Vec<u8>, Emitted>,
-    /// Ancestors of emitted paths: they must stay directories.
-    implied_dirs: HashSet<Vec<u8>>,
+    /// Ancestors of emitted paths (they must stay directories), with the
+    /// entry and layer that first needed each.
+    implied_dirs: HashMap<Vec<u8>, (Vec<u8>, String)>,
     /// Paths deleted by whiteouts of the layers above the current one.
     hidden: HashSet<Vec<u8>>,
     /// Directories whose lower contents are hidden (opaque).
@@ -182,7 +183,11 @@ fn as_path(bytes: &[u8]) -> &Path {
 }
 
 fn io_err(layer: &str, e: io::Error) -> Error {
-    Error::BadImage(format!("layer {layer}: cannot read the tar stream: {e}"))
+    // Typed errors of the blob reader (network, integrity) travel inside the
+    // io::Error; anything else is a malformed stream.
+    crate::layer::from_io(e, |e| {
+        Error::BadImage(format!("layer {layer}: cannot read the tar stream: {e}"))
+    })
 }
 
 impl<W: Write> Flattener<W> {
@@ -193,7 +198,7 @@ impl<W: Write> Flattener<W> {
         Self {
             out: builder,
             emitted: HashMap::new(),
-            implied_dirs: HashSet::new(),
+            implied_dirs: HashMap::new(),
             hidden: HashSet::new(),
             opaque: HashSet::new(),
             link_targets: Vec::new(),
@@ -318,6 +323,11 @@ impl<W: Write> Flattener<W> {
         if shadowed {
             self.stats.shadowed += 1;
             st.seen.insert(path.clone());
+            if kind != Kind::Dir {
+                // Though replaced itself, this non-directory replaced what
+                // lower layers had at this path, subtree included.
+                st.pending_hidden.insert(path.clone());
+            }
             if kind == Kind::File {
                 self.spool(st, &path, &mut entry)?;
             }
@@ -335,12 +345,27 @@ impl<W: Write> Flattener<W> {
             )));
         }
         self.check_parents(st, &raw, &path)?;
-        if kind != Kind::Dir && self.implied_dirs.contains(&path) {
-            return Err(unsafe_entry(
-                &st.digest,
-                &raw,
-                "is not a directory, but an upper layer or an earlier entry puts files below it (writing them would follow it)",
-            ));
+        if kind != Kind::Dir {
+            if let Some((child, layer)) = self.implied_dirs.get(&path) {
+                let what = if kind == Kind::Symlink {
+                    "a symlink"
+                } else {
+                    "not a directory"
+                };
+                let where_ = if *layer == st.digest {
+                    "in the same layer".to_string()
+                } else {
+                    format!("in lower layer {}", st.digest)
+                };
+                return Err(unsafe_entry(
+                    layer,
+                    child,
+                    format!(
+                        "lies below {:?}, which is {what} {where_} (writing there would follow it)",
+                        String::from_utf8_lossy(&path)
+                    ),
+                ));
+            }
         }
         st.seen.insert(path.clone());
 
@@ -379,17 +404,24 @@ impl<W: Write> Flattener<W> {
             }
             _ => {
                 let mut header = entry.header().clone();
-                self.write_entry(&mut header, &path, &pax, kind, &mut entry)?;
+                // The PAX-aware link target (the header's field may hold an
+                // ASCII fallback).
+                let target = entry
+                    .link_name_bytes()
+                    .map(|c| c.into_owned())
+                    .unwrap_or_default();
+                self.write_entry(&mut header, &path, &target, &pax, kind, &mut entry)?;
             }
         }
-        self.record(path, kind);
+        self.record(path, kind, &raw, &st.digest);
         Ok(())
     }
 
-    fn record(&mut self, path: Vec<u8>, kind: Kind) {
+    fn record(&mut self, path: Vec<u8>, kind: Kind, raw: &[u8], layer: &str) {
         for anc in ancestors(&path) {
-            if !self.implied_dirs.contains(anc) {
-                self.implied_dirs.insert(anc.to_vec());
+            if !self.implied_dirs.contains_key(anc) {
+                self.implied_dirs
+                    .insert(anc.to_vec(), (raw.to_vec(), layer.to_string()));
             }
         }
         self.emitted.insert(
@@ -490,15 +522,7 @@ impl<W: Write> Flattener<W> {
     ) -> Result<()> {
         let mut h = header.clone();
         h.set_size(0);
-        if !pax.is_empty() {
-            let refs: Vec<(&str, &[u8])> = pax
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_slice()))
-                .collect();
-            self.out
-                .append_pax_extensions(refs)
-                .map_err(|e| self.write_error(e))?;
-        }
+        append_pax(&mut self.out, pax).map_err(|e| self.write_error(e))?;
         self.out
             .append_link(&mut h, as_path(path), as_path(target))
             .map_err(|e| self.write_error(e))?;
@@ -541,21 +565,14 @@ impl<W: Write> Flattener<W> {
         &mut self,
         header: &mut Header,
         path: &[u8],
+        target: &[u8],
         pax: &[(String, Vec<u8>)],
         kind: Kind,
         data: &mut dyn Read,
     ) -> Result<()> {
         if path.is_empty() {
             // The root directory: tar2sqfs takes `./` as the root's attributes.
-            if !pax.is_empty() {
-                let refs: Vec<(&str, &[u8])> = pax
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), v.as_slice()))
-                    .collect();
-                self.out
-                    .append_pax_extensions(refs)
-                    .map_err(|e| self.write_error(e))?;
-            }
+            append_pax(&mut self.out, pax).map_err(|e| self.write_error(e))?;
             let mut h = header.clone();
             set_raw_name(&mut h, b"./");
             h.set_size(0);
@@ -573,21 +590,8 @@ impl<W: Write> Flattener<W> {
         };
         header.set_size(size);
         let res = if kind == Kind::Symlink {
-            let target = header
-                .link_name_bytes()
-                .map(|c| c.into_owned())
-                .unwrap_or_default();
-            if !pax.is_empty() {
-                let refs: Vec<(&str, &[u8])> = pax
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), v.as_slice()))
-                    .collect();
-                self.out
-                    .append_pax_extensions(refs)
-                    .map_err(|e| self.write_error(e))?;
-            }
-            self.out
-                .append_link(header, as_path(path), as_path(&target))
+            append_pax(&mut self.out, pax).map_err(|e| self.write_error(e))?;
+            self.out.append_link(header, as_path(path), as_path(target))
         } else {
             write_with_pax(&mut self.out, header, path, pax, data)
         };
@@ -658,14 +662,20 @@ fn write_with_pax<W: Write>(
     pax: &[(String, Vec<u8>)],
     data: &mut dyn Read,
 ) -> io::Result<()> {
-    if !pax.is_empty() {
-        let refs: Vec<(&str, &[u8])> = pax
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_slice()))
-            .collect();
-        out.append_pax_extensions(refs)?;
-    }
+    append_pax(out, pax)?;
     out.append_data(header, as_path(path), data)
+}
+
+/// Writes a PAX extended header with `pax` before the next entry (if any).
+fn append_pax<W: Write>(out: &mut tar::Builder<W>, pax: &[(String, Vec<u8>)]) -> io::Result<()> {
+    if pax.is_empty() {
+        return Ok(());
+    }
+    let refs: Vec<(&str, &[u8])> = pax
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_slice()))
+        .collect();
+    out.append_pax_extensions(refs)
 }
 
 fn set_raw_name(h: &mut Header, name: &[u8]) {

@@ -12,10 +12,16 @@
 //! - [`store`]: the content-addressed store, its locks and atomic publication.
 //! - [`pull`]: the pipeline tying them together.
 
+pub mod archive;
+pub mod auth;
 pub mod error;
 pub mod flatten;
 pub mod layer;
+pub mod pipeline;
+pub mod platform;
+pub mod pull;
 pub mod reference;
+pub mod registry;
 pub mod squash;
 pub mod store;
 

@@ -118,7 +118,13 @@ impl SquashWriter {
             return Ok(());
         }
         let msg = stderr.trim();
-        let full_disk = msg.contains("No space left") || msg.contains("ENOSPC");
+        // tar2sqfs reports a full disk as a bare "I/O error": ask the
+        // filesystem (the partial output still occupies the space).
+        let dir = self.output.parent().unwrap_or(Path::new("."));
+        let nearly_full = rustix::fs::statvfs(dir)
+            .map(|s| s.f_bavail.saturating_mul(s.f_frsize) < 4 << 20)
+            .unwrap_or(false);
+        let full_disk = msg.contains("No space left") || msg.contains("ENOSPC") || nearly_full;
         if full_disk {
             return Err(Error::store(
                 "write",

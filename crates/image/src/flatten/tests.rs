@@ -163,7 +163,7 @@ fn model(layers_bottom_up: &[Vec<OwnedE>]) -> BTreeMap<String, Node> {
                 let (parent, name) = p.rsplit_once('/').unwrap_or(("", p));
                 if name == ".wh..wh..opq" {
                     let prefix = format!("{parent}/");
-                    tree.retain(|k, _| !k.starts_with(&prefix) || parent.is_empty() && false);
+                    tree.retain(|k, _| !k.starts_with(&prefix));
                 } else if let Some(t) = name.strip_prefix(".wh.") {
                     let full = if parent.is_empty() {
                         t.to_string()
@@ -458,7 +458,6 @@ fn sanitize(l: Vec<OwnedE>) -> Vec<OwnedE> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
     #[test]
     fn flatten_matches_model(layers in prop::collection::vec(prop::collection::vec(arb_entry(), 0..8), 1..5)) {
         let layers: Vec<Vec<OwnedE>> = layers.into_iter().map(sanitize).collect();

@@ -1,0 +1,75 @@
+//! One module per command: each builds options and makes one library call.
+
+mod images;
+mod import;
+mod login;
+mod pull;
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use berth_config::{Config, ConfigError, Env};
+use berth_image::store::Store;
+
+use crate::cli::{Cli, Command};
+
+/// Exit code for errors no class claims.
+const EXIT_OTHER: u8 = 1;
+/// Exit code for configuration errors.
+const EXIT_CONFIG: u8 = 3;
+
+/// Runs the parsed command line.
+pub fn run(cli: Cli) -> Result<ExitCode> {
+    let ctx = Context {
+        cli_store: cli.global.store.clone(),
+    };
+    match cli.command {
+        Command::Pull(a) => pull::run(&ctx, a),
+        Command::Import(a) => import::run(&ctx, a),
+        Command::Images(a) => images::list(&ctx, a),
+        Command::Inspect(a) => images::inspect(&ctx, a),
+        Command::Rmi(a) => images::remove(&ctx, a),
+        Command::Prune => images::prune(&ctx),
+        Command::Check => images::check(&ctx),
+        Command::Login(a) => login::login(&ctx, a),
+        Command::Logout(a) => login::logout(a),
+    }
+}
+
+/// What every command may need, resolved lazily.
+pub struct Context {
+    cli_store: Option<std::path::PathBuf>,
+}
+
+impl Context {
+    /// The resolved configuration.
+    pub fn config(&self) -> Result<Config> {
+        Ok(Config::resolve(
+            self.cli_store.as_deref(),
+            &Env::from_process(),
+        )?)
+    }
+
+    /// The store named by the configuration.
+    pub fn store(&self, config: &Config) -> Result<Store> {
+        Ok(Store::open(&config.store, &config.shared_stores)?)
+    }
+}
+
+/// The exit code and message for an error.
+pub fn describe_error(e: &anyhow::Error) -> (u8, String) {
+    if let Some(ie) = e.downcast_ref::<berth_image::Error>() {
+        return (ie.class().exit_code(), format!("{e:#}"));
+    }
+    if e.downcast_ref::<ConfigError>().is_some() {
+        return (EXIT_CONFIG, format!("{e:#}"));
+    }
+    (EXIT_OTHER, format!("{e:#}"))
+}
+
+/// Number of compressor threads for the squashfs writer.
+pub fn jobs() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}

@@ -1,0 +1,71 @@
+//! `berth pull`.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use berth_image::auth::{AuthFiles, Credentials};
+use berth_image::pipeline::ConvertOptions;
+use berth_image::platform::Platform;
+use berth_image::reference::ImageRef;
+use berth_image::registry::{Registry, RegistryOptions};
+
+use super::Context;
+use crate::cli::PullArgs;
+use crate::progress::Reporter;
+
+/// Registry options for `reference`: TLS from the flag or the config,
+/// credentials from `--creds` or the auth files.
+pub fn registry_options(
+    reference: &ImageRef,
+    tls_verify: bool,
+    creds: Option<&str>,
+    config: &berth_config::Config,
+) -> Result<RegistryOptions> {
+    let insecure = !tls_verify || config.is_insecure(reference.registry());
+    let credentials = match creds {
+        Some(c) => {
+            let (u, p) = c
+                .split_once(':')
+                .ok_or_else(|| anyhow::anyhow!("--creds must be USER:PASSWORD"))?;
+            Some(Credentials {
+                username: u.to_string(),
+                password: p.to_string(),
+            })
+        }
+        None => AuthFiles::from_env().lookup(reference.registry(), reference.repository())?,
+    };
+    Ok(RegistryOptions {
+        insecure,
+        credentials,
+        ..RegistryOptions::default()
+    })
+}
+
+/// Runs `berth pull`.
+pub fn run(ctx: &Context, args: PullArgs) -> Result<ExitCode> {
+    let reference = ImageRef::parse(&args.reference)?;
+    let platform = match &args.platform {
+        Some(p) => Platform::parse(p)?,
+        None => Platform::host(),
+    };
+    let config = ctx.config()?;
+    let store = ctx.store(&config)?;
+    let options = registry_options(
+        &reference,
+        args.tls.tls_verify,
+        args.creds.as_deref(),
+        &config,
+    )?;
+    let registry = Registry::new(&reference, options)?;
+    let reporter = Reporter::new(args.quiet, &reference.to_string());
+    let opts = ConvertOptions {
+        squashfs: &config.squashfs,
+        jobs: super::jobs(),
+        names: vec![reference.store_name()],
+        progress: &reporter,
+    };
+    let image = berth_image::pull::pull(&store, &registry, &reference, &platform, &opts)?;
+    reporter.done(&image);
+    println!("{}", image.record.id);
+    Ok(ExitCode::SUCCESS)
+}

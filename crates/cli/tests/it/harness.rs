@@ -1,0 +1,283 @@
+//! Test harness: the fixture environment made by `tests/setup/setup.sh`, a
+//! sandbox per test, and the real `berth` binary run as the unprivileged
+//! test user.
+
+use std::collections::HashMap;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// The fixture environment.
+pub struct Env {
+    pub vars: HashMap<String, String>,
+    pub berth: PathBuf,
+    /// (uid, gid, home) of the test user when running as root.
+    pub user: Option<(u32, u32, PathBuf)>,
+}
+
+impl Env {
+    pub fn var(&self, k: &str) -> &str {
+        self.vars
+            .get(k)
+            .map(String::as_str)
+            .unwrap_or_else(|| panic!("{k} missing from the fixture env"))
+    }
+    pub fn fixtures(&self) -> PathBuf {
+        PathBuf::from(self.var("BERTH_IT_FIXTURES"))
+    }
+    pub fn anon(&self) -> &str {
+        self.var("BERTH_IT_REG_ANON")
+    }
+    pub fn auth_reg(&self) -> &str {
+        self.var("BERTH_IT_REG_AUTH")
+    }
+}
+
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+fn lookup_user(name: &str) -> Option<(u32, u32, PathBuf)> {
+    let passwd = fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        if f.len() >= 6 && f[0] == name {
+            Some((f[2].parse().ok()?, f[3].parse().ok()?, PathBuf::from(f[5])))
+        } else {
+            None
+        }
+    })
+}
+
+static ENV: OnceLock<Option<Env>> = OnceLock::new();
+
+/// The environment, or `None` when setup.sh has not run (tests then skip,
+/// except under CI, where that is a failure).
+pub fn env() -> Option<&'static Env> {
+    ENV.get_or_init(|| {
+        let dir = std::env::var("BERTH_IT_DIR").unwrap_or_else(|_| "/tmp/berth-it".to_string());
+        let text = match fs::read_to_string(Path::new(&dir).join("env")) {
+            Ok(t) => t,
+            Err(_) => {
+                if std::env::var_os("CI").is_some()
+                    || std::env::var_os("BERTH_IT_REQUIRED").is_some()
+                {
+                    panic!("{dir}/env missing: run tests/setup/setup.sh as root first");
+                }
+                return None;
+            }
+        };
+        let vars: HashMap<String, String> = text
+            .lines()
+            .filter_map(|l| {
+                l.split_once('=')
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+            })
+            .collect();
+        // Copy the binary where the test user can run it (the build tree
+        // may sit under a private home).
+        let bin_dir = Path::new(&dir).join(format!("bin-{}", std::process::id()));
+        fs::create_dir_all(&bin_dir).unwrap();
+        fs::set_permissions(&bin_dir, fs::Permissions::from_mode(0o755)).unwrap();
+        let berth = bin_dir.join("berth");
+        fs::copy(env!("CARGO_BIN_EXE_berth"), &berth).unwrap();
+        fs::set_permissions(&berth, fs::Permissions::from_mode(0o755)).unwrap();
+        let user = if is_root() {
+            let name = vars
+                .get("BERTH_IT_USER")
+                .cloned()
+                .unwrap_or_else(|| "berthtest".into());
+            Some(
+                lookup_user(&name)
+                    .unwrap_or_else(|| panic!("test user {name} missing: run setup.sh")),
+            )
+        } else {
+            None
+        };
+        Some(Env { vars, berth, user })
+    })
+    .as_ref()
+}
+
+/// Skips the test (returns) when the fixture environment is absent.
+#[macro_export]
+macro_rules! need_env {
+    () => {
+        match $crate::harness::env() {
+            Some(e) => e,
+            None => {
+                eprintln!("skipped: run tests/setup/setup.sh as root to enable this test");
+                return;
+            }
+        }
+    };
+}
+
+/// A per-test sandbox: a store and a home, owned by the test user.
+pub struct Sandbox {
+    pub env: &'static Env,
+    pub dir: tempfile::TempDir,
+    pub extra_env: Vec<(String, String)>,
+}
+
+impl Sandbox {
+    pub fn new(env: &'static Env) -> Self {
+        let base = PathBuf::from(env.var("BERTH_IT_DIR")).join("sandboxes");
+        fs::create_dir_all(&base).unwrap();
+        fs::set_permissions(&base, fs::Permissions::from_mode(0o755)).unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("t")
+            .tempdir_in(&base)
+            .unwrap();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        for sub in ["home", "store", "run"] {
+            fs::create_dir_all(dir.path().join(sub)).unwrap();
+        }
+        let sb = Self {
+            env,
+            dir,
+            extra_env: Vec::new(),
+        };
+        sb.chown_to_user(sb.dir.path());
+        sb
+    }
+
+    pub fn chown_to_user(&self, path: &Path) {
+        if let Some((uid, gid, _)) = &self.env.user {
+            let st = Command::new("chown")
+                .arg("-R")
+                .arg(format!("{uid}:{gid}"))
+                .arg(path)
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+    }
+
+    pub fn store(&self) -> PathBuf {
+        self.dir.path().join("store")
+    }
+
+    pub fn home(&self) -> PathBuf {
+        self.dir.path().join("home")
+    }
+
+    /// A `berth` command run as the test user with a clean environment.
+    pub fn berth(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(&self.env.berth);
+        c.args(args);
+        c.env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+            .env("HOME", self.home())
+            .env("XDG_RUNTIME_DIR", self.dir.path().join("run"))
+            .env("BERTH_STORE", self.store())
+            .env(
+                "BERTH_SYSTEM_CONFIG",
+                self.dir.path().join("no-site-config.toml"),
+            )
+            .current_dir(self.dir.path());
+        for (k, v) in &self.extra_env {
+            c.env(k, v);
+        }
+        if let Some((uid, gid, _)) = &self.env.user {
+            c.uid(*uid).gid(*gid);
+        }
+        c
+    }
+
+    /// Runs berth and returns its output.
+    pub fn run(&self, args: &[&str]) -> Out {
+        let out = self.berth(args).output().unwrap();
+        Out(out)
+    }
+
+    /// Pulls an image of the anonymous registry (`berth-test/NAME`).
+    pub fn pull(&self, name: &str) -> Out {
+        let r = format!("{}/berth-test/{name}", self.env.anon());
+        self.run(&["pull", "--tls-verify=false", &r]).ok()
+    }
+
+    /// The squashfs file of an image, from `berth inspect`.
+    pub fn squashfs_of(&self, image: &str) -> PathBuf {
+        let j = self.run(&["inspect", image]).ok().json();
+        PathBuf::from(j["squashfs"]["path"].as_str().unwrap())
+    }
+
+    /// Entries (files and dirs) under the store's tmp/ and images/.
+    pub fn store_entries(&self, sub: &str) -> Vec<String> {
+        match fs::read_dir(self.store().join(sub)) {
+            Ok(rd) => rd
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect(),
+            Err(_) => vec![],
+        }
+    }
+}
+
+/// A finished berth run.
+pub struct Out(pub Output);
+
+impl Out {
+    pub fn code(&self) -> i32 {
+        self.0.status.code().unwrap_or(-1)
+    }
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.0.stdout).into_owned()
+    }
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.0.stderr).into_owned()
+    }
+    /// Asserts success.
+    pub fn ok(self) -> Self {
+        assert!(
+            self.0.status.success(),
+            "berth failed ({}):\n{}\n{}",
+            self.code(),
+            self.stdout(),
+            self.stderr()
+        );
+        self
+    }
+    /// Asserts failure with `code` and a message containing `needle`.
+    pub fn fails(self, code: i32, needle: &str) -> Self {
+        assert_eq!(
+            self.code(),
+            code,
+            "unexpected exit code; stderr:\n{}",
+            self.stderr()
+        );
+        assert!(
+            self.stderr().contains(needle),
+            "stderr lacks {needle:?}:\n{}",
+            self.stderr()
+        );
+        assert!(
+            !self.stderr().contains("panicked"),
+            "panic:\n{}",
+            self.stderr()
+        );
+        self
+    }
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.0.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.stdout()))
+    }
+}
+
+/// Unpacks a squashfs file with `unsquashfs` (as root: owners kept).
+pub fn unsquash(file: &Path, dest: &Path) {
+    let st = Command::new("unsquashfs")
+        .arg("-q")
+        .arg("-no-progress")
+        .arg("-d")
+        .arg(dest)
+        .arg(file)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success(), "unsquashfs failed on {}", file.display());
+}

@@ -1,0 +1,102 @@
+//! `berth import` from the archive formats skopeo, docker and podman write.
+
+use crate::harness::{unsquash, Sandbox};
+use crate::need_env;
+use crate::tree::{assert_same, snapshot};
+
+#[test]
+fn oci_dir_oci_archive_docker_archive_and_registry_agree() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let fx = env.fixtures();
+    let pulled = sb.pull("layers").stdout().trim().to_string();
+    let sources = [
+        format!("oci:{}:latest", fx.join("oci/layers").display()),
+        format!(
+            "oci-archive:{}",
+            fx.join("layers.oci-archive.tar").display()
+        ),
+        format!(
+            "docker-archive:{}",
+            fx.join("layers.docker-archive.tar").display()
+        ),
+    ];
+    for (i, src) in sources.iter().enumerate() {
+        let name = format!("imported{i}");
+        let out = sb.run(&["import", src, &name]).ok();
+        // Same config, so the same image id: the store converts it once.
+        assert_eq!(out.stdout().trim(), pulled, "{src}");
+        let j = sb.run(&["inspect", &name]).ok().json();
+        assert!(j["names"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n == &format!("localhost/{name}:latest")));
+    }
+    // A fresh store: each import converts, and the tree equals the oracle.
+    for src in &sources {
+        let sb2 = Sandbox::new(env);
+        sb2.run(&["import", src, "x"]).ok();
+        let dest = sb2.dir.path().join("unpacked");
+        unsquash(&sb2.squashfs_of("x"), &dest);
+        let owners = env.user.is_some();
+        let got = snapshot(&dest, owners, &[]);
+        let want = snapshot(&fx.join("oracle/layers"), owners, &["special/chardev"]);
+        assert_same(&got, &want, src);
+    }
+}
+
+#[test]
+fn import_errors_are_clear() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let fx = env.fixtures();
+    sb.run(&["import", "dir:/x", "n"])
+        .fails(2, "unknown transport");
+    sb.run(&["import", "oci-archive:/nonexistent.tar", "n"])
+        .fails(10, "/nonexistent.tar");
+    sb.run(&[
+        "import",
+        &format!("oci:{}:nope", fx.join("oci/layers").display()),
+        "n",
+    ])
+    .fails(2, "no image tagged \"nope\"");
+    // A tampered layer blob in an OCI layout is refused.
+    let copy = sb.dir.path().join("layout");
+    let st = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(fx.join("oci/layers"))
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let blobs = copy.join("blobs/sha256");
+    let index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(copy.join("index.json")).unwrap()).unwrap();
+    let mdigest = index["manifests"][0]["digest"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("sha256:")
+        .to_string();
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(blobs.join(&mdigest)).unwrap()).unwrap();
+    let layer = manifest["layers"][0]["digest"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("sha256:")
+        .to_string();
+    let path = blobs.join(&layer);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&path, bytes).unwrap();
+    sb.chown_to_user(&copy);
+    sb.run(&["import", &format!("oci:{}", copy.display()), "tampered"])
+        .fails(13, "tampered");
+    assert!(sb.store_entries("images").is_empty());
+    assert!(
+        sb.store_entries("tmp").is_empty(),
+        "{:?}",
+        sb.store_entries("tmp")
+    );
+}

@@ -1,0 +1,318 @@
+//! `berth pull` against the test registries, checked against umoci's oracle.
+
+use std::fs;
+
+use crate::harness::{unsquash, Sandbox};
+use crate::need_env;
+use crate::tree::{assert_same, snapshot};
+
+fn dropped_devices(env: &crate::harness::Env, image: &str) -> Vec<String> {
+    fs::read_to_string(env.fixtures().join("dropped-devices.txt"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once('\t'))
+        .filter(|(i, _)| *i == image)
+        .map(|(_, p)| p.to_string())
+        .collect()
+}
+
+/// Pulls `name` and compares its squashfs tree with the oracle rootfs.
+fn pull_and_compare(name: &str) {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let out = sb.pull(name);
+    let id = out.stdout().trim().to_string();
+    assert!(
+        id.starts_with("sha256:") && id.len() == 71,
+        "pull printed {id:?}"
+    );
+    let reference = format!("{}/berth-test/{name}", env.anon());
+    let sqfs = sb.squashfs_of(&reference);
+    let dest = sb.dir.path().join("unpacked");
+    unsquash(&sqfs, &dest);
+    let owners = env.user.is_some();
+    let skip = dropped_devices(env, name);
+    let skip: Vec<&str> = skip.iter().map(String::as_str).collect();
+    let got = snapshot(&dest, owners, &[]);
+    let want = snapshot(&env.fixtures().join("oracle").join(name), owners, &skip);
+    assert_same(&got, &want, name);
+}
+
+#[test]
+fn layers_image_equals_umoci_oracle() {
+    pull_and_compare("layers");
+}
+
+#[test]
+fn hostfiles_image_equals_umoci_oracle() {
+    pull_and_compare("hostfiles");
+}
+
+#[test]
+fn docker_schema2_image_equals_umoci_oracle() {
+    pull_and_compare("docker-v2s2");
+}
+
+#[test]
+fn multiarch_index_picks_host_platform() {
+    pull_and_compare("multiarch");
+}
+
+fn platform_file(sb: &Sandbox, image: &str) -> String {
+    let sqfs = sb.squashfs_of(image);
+    let out = std::process::Command::new("rdsquashfs")
+        .arg("-c")
+        .arg("/platform")
+        .arg(&sqfs)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+#[test]
+fn platform_flag_selects_from_index() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let r = format!("{}/berth-test/multiarch:latest", env.anon());
+    for p in ["linux/arm64", "linux/arm/v7", "linux/amd64"] {
+        let id = sb
+            .run(&["pull", "-q", "--tls-verify=false", "--platform", p, &r])
+            .ok()
+            .stdout();
+        assert_eq!(platform_file(&sb, id.trim()), p);
+    }
+    sb.run(&[
+        "pull",
+        "--tls-verify=false",
+        "--platform",
+        "linux/s390x",
+        &r,
+    ])
+    .fails(
+        10,
+        "no image for platform linux/s390x (the index has: linux/amd64, linux/arm64",
+    );
+    sb.run(&["pull", "--tls-verify=false", "--platform", "linux", &r])
+        .fails(2, "os/arch");
+}
+
+#[test]
+fn pull_by_digest_and_quiet_output() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let r = format!("{}/berth-test/layers", env.anon());
+    let out = sb.run(&["pull", "--quiet", "--tls-verify=false", &r]).ok();
+    assert!(out.stderr().is_empty(), "--quiet printed: {}", out.stderr());
+    let id = out.stdout().trim().to_string();
+    let manifest = sb.run(&["inspect", &r]).ok().json()["manifest_digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let pinned = format!("{r}@{manifest}");
+    let again = sb.run(&["pull", "-q", "--tls-verify=false", &pinned]).ok();
+    assert_eq!(again.stdout().trim(), id);
+    let names = sb.run(&["inspect", &id]).ok().json()["names"].clone();
+    assert!(
+        names
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str() == Some(&pinned)),
+        "{names}"
+    );
+    let missing = format!("{r}@sha256:{}", "0".repeat(64));
+    sb.run(&["pull", "--tls-verify=false", &missing])
+        .fails(10, "not found");
+}
+
+#[test]
+fn plain_http_needs_tls_verify_false_or_config() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let r = format!("{}/berth-test/layers", env.anon());
+    let out = sb.run(&["pull", &r]);
+    assert_eq!(out.code(), 12, "{}", out.stderr());
+    assert!(
+        out.stderr().contains("--tls-verify=false"),
+        "{}",
+        out.stderr()
+    );
+    // An insecure_registries entry in the user's config allows it.
+    let cfg = sb.home().join(".config/berth");
+    fs::create_dir_all(&cfg).unwrap();
+    fs::write(
+        cfg.join("berth.toml"),
+        format!("insecure_registries = [\"{}\"]\n", env.anon()),
+    )
+    .unwrap();
+    sb.chown_to_user(&sb.home());
+    sb.run(&["pull", "-q", &r]).ok();
+}
+
+#[test]
+fn errors_have_distinct_codes() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    sb.run(&[
+        "pull",
+        "--tls-verify=false",
+        &format!("{}/berth-test/no-such-image", env.anon()),
+    ])
+    .fails(10, "not found in the registry");
+    sb.run(&[
+        "pull",
+        "--tls-verify=false",
+        &format!("{}/berth-test/layers:no-such-tag", env.anon()),
+    ])
+    .fails(10, "not found");
+    sb.run(&["pull", "Not/A Valid:ref"])
+        .fails(2, "invalid image reference");
+    // Nothing listens on port 1: a network error after retries.
+    sb.run(&["pull", "--tls-verify=false", "127.0.0.1:1/x/y"])
+        .fails(12, "127.0.0.1:1");
+    assert!(sb.store_entries("images").is_empty());
+}
+
+#[test]
+fn basic_auth_login_pull_logout() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let reg = env.auth_reg();
+    let r = format!("{reg}/berth-test/layers");
+    sb.run(&["pull", "--tls-verify=false", &r])
+        .fails(11, "authentication failed");
+    // Wrong password: refused at login, nothing stored.
+    let mut c = sb.berth(&[
+        "login",
+        "--tls-verify=false",
+        "-u",
+        env.var("BERTH_IT_REG_USER"),
+        "--password-stdin",
+        reg,
+    ]);
+    let out = pipe_stdin(&mut c, "wrong\n");
+    assert_eq!(
+        out.status.code(),
+        Some(11),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut c = sb.berth(&[
+        "login",
+        "--tls-verify=false",
+        "-u",
+        env.var("BERTH_IT_REG_USER"),
+        "--password-stdin",
+        reg,
+    ]);
+    let out = pipe_stdin(&mut c, &format!("{}\n", env.var("BERTH_IT_REG_PASS")));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let auth = fs::read_to_string(sb.dir.path().join("run/containers/auth.json")).unwrap();
+    assert!(auth.contains(reg));
+    sb.run(&["pull", "-q", "--tls-verify=false", &r]).ok();
+    sb.run(&["logout", reg]).ok();
+    sb.run(&["rmi", &r]).ok();
+    sb.run(&["pull", "--tls-verify=false", &r])
+        .fails(11, "berth login");
+    // Credentials from ~/.docker/config.json work too.
+    use base64_lite::encode;
+    let docker = sb.home().join(".docker");
+    fs::create_dir_all(&docker).unwrap();
+    let token = encode(&format!(
+        "{}:{}",
+        env.var("BERTH_IT_REG_USER"),
+        env.var("BERTH_IT_REG_PASS")
+    ));
+    fs::write(
+        docker.join("config.json"),
+        format!("{{\"auths\":{{\"{reg}\":{{\"auth\":\"{token}\"}}}}}}"),
+    )
+    .unwrap();
+    sb.chown_to_user(&sb.home());
+    sb.run(&["pull", "-q", "--tls-verify=false", &r]).ok();
+}
+
+fn pipe_stdin(c: &mut std::process::Command, input: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = c
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// A tiny base64 encoder, to keep test dependencies small.
+mod base64_lite {
+    pub fn encode(s: &str) -> String {
+        const T: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let b = s.as_bytes();
+        let mut out = String::new();
+        for chunk in b.chunks(3) {
+            let n = (chunk[0] as u32) << 16
+                | (*chunk.get(1).unwrap_or(&0) as u32) << 8
+                | *chunk.get(2).unwrap_or(&0) as u32;
+            for i in 0..4 {
+                if i <= chunk.len() {
+                    out.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);
+                } else {
+                    out.push('=');
+                }
+            }
+        }
+        out
+    }
+}
+
+#[test]
+fn concurrent_pulls_convert_once() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let r = format!("{}/berth-test/hostfiles", env.anon());
+    let children: Vec<_> = (0..16)
+        .map(|_| {
+            sb.berth(&["pull", "--tls-verify=false", &r])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<_> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    let mut ids = std::collections::BTreeSet::new();
+    let mut conversions = 0;
+    for o in &outs {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{err}");
+        ids.insert(String::from_utf8_lossy(&o.stdout).trim().to_string());
+        if err.contains("Writing squashfs") {
+            conversions += 1;
+        }
+    }
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    assert_eq!(
+        conversions, 1,
+        "the image was converted {conversions} times"
+    );
+    assert_eq!(sb.store_entries("images").len(), 1);
+    assert!(
+        sb.store_entries("tmp").is_empty(),
+        "{:?}",
+        sb.store_entries("tmp")
+    );
+}

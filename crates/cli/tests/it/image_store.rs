@@ -1,0 +1,155 @@
+//! The store: listing, inspecting, removing, crash consistency, disk full.
+
+use std::fs;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::harness::Sandbox;
+use crate::need_env;
+
+#[test]
+fn images_inspect_rmi_prune() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let id = sb.pull("layers").stdout().trim().to_string();
+    let r = format!("{}/berth-test/layers:latest", env.anon());
+    let table = sb.run(&["images"]).ok().stdout();
+    assert!(
+        table.contains(&format!("{}/berth-test/layers", env.anon())) && table.contains(&id[7..19]),
+        "{table}"
+    );
+    let list = sb.run(&["images", "--format", "json"]).ok().json();
+    assert_eq!(list[0]["id"], id.as_str());
+    let j = sb.run(&["inspect", &r]).ok().json();
+    assert_eq!(j["digest"], id.as_str());
+    assert_eq!(j["config"]["config"]["Env"][1], "FOO=bar");
+    assert_eq!(j["config"]["config"]["WorkingDir"], "/work");
+    assert_eq!(j["run"]["entrypoint"][0], "/bin/echo");
+    assert_eq!(j["layers"].as_array().unwrap().len(), 4);
+    let path = j["squashfs"]["path"].as_str().unwrap();
+    assert_eq!(
+        fs::metadata(path).unwrap().len(),
+        j["squashfs"]["size"].as_u64().unwrap()
+    );
+    assert_eq!(j["dropped_devices"][0], "special/chardev");
+    // Short id prefixes work.
+    sb.run(&["inspect", &id[7..19]]).ok();
+    sb.run(&["check"]).ok();
+    // A second name; removing one keeps the image.
+    sb.run(&[
+        "import",
+        &format!("oci:{}:latest", env.fixtures().join("oci/layers").display()),
+        "mine",
+    ])
+    .ok();
+    let out = sb.run(&["rmi", &r]).ok();
+    assert!(!out.stdout().contains("Deleted"), "{}", out.stdout());
+    let out = sb.run(&["rmi", "mine"]).ok();
+    assert!(
+        out.stdout().contains(&format!("Deleted: {id}")),
+        "{}",
+        out.stdout()
+    );
+    assert!(sb.store_entries("images").is_empty());
+    sb.run(&["inspect", "mine"]).fails(10, "not in the store");
+    sb.run(&["rmi", "mine"]).fails(10, "not in the store");
+    sb.run(&["prune"]).ok();
+}
+
+#[test]
+fn check_detects_a_corrupted_image_file() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    sb.pull("layers");
+    let path = sb.squashfs_of(&format!("{}/berth-test/layers", env.anon()));
+    let mut bytes = fs::read(&path).unwrap();
+    bytes[1000] ^= 1;
+    // Root may write the read-only file; the test user could not.
+    fs::write(&path, bytes).unwrap();
+    let out = sb.run(&["check"]);
+    assert_eq!(out.code(), 13);
+    assert!(out.stdout().contains("CORRUPT"), "{}", out.stdout());
+}
+
+#[test]
+fn killed_pulls_leave_no_partial_image_and_the_next_pull_works() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let r = format!("{}/berth-test/hostfiles", env.anon());
+    for delay_ms in [5u64, 20, 40, 80, 120] {
+        let mut child = sb
+            .berth(&["pull", "-q", "--tls-verify=false", &r])
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let _ = child.kill();
+        let _ = child.wait();
+        // Whatever the moment, images/ holds complete images only.
+        for e in sb.store_entries("images") {
+            let dir = sb.store().join("images").join(&e);
+            assert!(
+                dir.join("meta.json").is_file() && dir.join("image.sqfs").is_file(),
+                "partial image {e}"
+            );
+        }
+        sb.run(&["rmi", &r]);
+    }
+    sb.run(&["pull", "-q", "--tls-verify=false", &r]).ok();
+    sb.run(&["check"]).ok();
+    sb.run(&["prune"]).ok();
+    assert!(
+        sb.store_entries("tmp").is_empty(),
+        "{:?}",
+        sb.store_entries("tmp")
+    );
+}
+
+#[test]
+fn full_disk_fails_cleanly() {
+    let env = need_env!();
+    if env.user.is_none() {
+        eprintln!("skipped: needs root to mount a small tmpfs");
+        return;
+    }
+    let sb = Sandbox::new(env);
+    let small = sb.dir.path().join("small");
+    fs::create_dir_all(&small).unwrap();
+    let st = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=600k"])
+        .arg("tmpfs")
+        .arg(&small)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    struct Umount(std::path::PathBuf);
+    impl Drop for Umount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _guard = Umount(small.clone());
+    sb.chown_to_user(&small);
+    let r = format!("{}/berth-test/hostfiles", env.anon());
+    let store = small.join("store");
+    let store = store.to_str().unwrap();
+    let out = sb.run(&["--store", store, "pull", "--tls-verify=false", &r]);
+    assert_eq!(out.code(), 15, "{}", out.stderr());
+    assert!(out.stderr().contains("full"), "{}", out.stderr());
+    let entries = |sub: &str| {
+        fs::read_dir(small.join("store").join(sub))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    assert_eq!(entries("images"), 0);
+    assert_eq!(entries("tmp"), 0);
+    // The store stays usable: a small image still fits.
+    sb.run(&[
+        "--store",
+        store,
+        "pull",
+        "-q",
+        "--tls-verify=false",
+        &format!("{}/berth-test/multiarch", env.anon()),
+    ])
+    .ok();
+}

@@ -1,0 +1,11 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+//! End-to-end tests: the real `berth` binary, run as an unprivileged user,
+//! against real registries and images made by `tests/setup/setup.sh`.
+
+mod harness;
+mod tree;
+
+mod image_import;
+mod image_pull;
+mod image_safety;
+mod image_store;

@@ -1,0 +1,391 @@
+//! From a resolved image (config + layer list) and a source of layer blobs to
+//! a published squashfs image in the store.
+//!
+//! Threads: the source delivers compressed bytes (a download task, or reads
+//! from an archive); this thread decompresses, hashes and flattens; tar2sqfs
+//! compresses with its own workers. Layers stream in one pass each, from the
+//! top down (see [`crate::flatten`]).
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use berth_config::SquashfsSettings;
+use oci_spec::image::{ImageConfiguration, ImageManifest};
+use sha2::{Digest as _, Sha256};
+
+use crate::error::{Error, Result};
+use crate::flatten::Flattener;
+use crate::layer::{from_io, LayerStream};
+use crate::squash::SquashWriter;
+use crate::store::{
+    timestamp, ImageRecord, LayerRecord, RunConfig, SquashfsRecord, Store, StoredImage,
+};
+
+/// One layer as the manifest lists it.
+#[derive(Debug, Clone)]
+pub struct LayerDesc {
+    /// Digest of the blob.
+    pub digest: String,
+    /// Size of the blob.
+    pub size: u64,
+    /// Media type.
+    pub media_type: String,
+}
+
+/// An image whose manifest and config are known and verified.
+#[derive(Debug, Clone)]
+pub struct ResolvedImage {
+    /// Digest of the platform manifest, when there is one.
+    pub manifest_digest: Option<String>,
+    /// The config, byte for byte.
+    pub config_bytes: Vec<u8>,
+    /// The parsed config.
+    pub config: ImageConfiguration,
+    /// Layers, bottom first.
+    pub layers: Vec<LayerDesc>,
+    /// Where it came from.
+    pub source: String,
+}
+
+/// Delivers layer blobs.
+pub trait LayerSource {
+    /// Opens the blob of `layer` (compressed as stored). Implementations
+    /// verify size and digest where the source records them; diff_ids are
+    /// verified here in any case.
+    fn open_layer(&self, layer: &LayerDesc) -> Result<Box<dyn Read + Send + '_>>;
+}
+
+/// Receives progress events.
+pub trait Progress: Sync {
+    /// The image is already in the store.
+    fn cached(&self, _id: &str) {}
+    /// A layer starts (index bottom-first, count, blob size).
+    fn layer_start(&self, _index: usize, _count: usize, _layer: &LayerDesc) {}
+    /// Compressed bytes of the current layer consumed so far.
+    fn layer_bytes(&self, _index: usize, _bytes: u64) {}
+    /// A layer is done.
+    fn layer_done(&self, _index: usize) {}
+    /// Another process converts the same image; waiting for it.
+    fn waiting(&self, _id: &str) {}
+    /// Layers are read; the squashfs writer is finishing.
+    fn finishing(&self) {}
+}
+
+/// A [`Progress`] that reports nothing.
+pub struct NoProgress;
+impl Progress for NoProgress {}
+
+/// Checks that a manifest describes a container image berth can run.
+pub fn layers_of(manifest: &ImageManifest, reference: &str) -> Result<Vec<LayerDesc>> {
+    let config_type = manifest.config().media_type().to_string();
+    if !(config_type.contains("image.config") || config_type.contains("container.image")) {
+        return Err(Error::BadImage(format!(
+            "{reference} is not a container image (its config has media type {config_type}); it may be an artifact such as a Helm chart or a signature"
+        )));
+    }
+    let mut layers = Vec::new();
+    for l in manifest.layers() {
+        let media_type = l.media_type().to_string();
+        if media_type.contains("encrypted") {
+            return Err(Error::BadImage(format!(
+                "{reference}: layer {} is encrypted, which berth does not support",
+                l.digest()
+            )));
+        }
+        if media_type.contains("foreign") || media_type.contains("nondistributable") {
+            return Err(Error::BadImage(format!(
+                "{reference}: layer {} is a foreign (Windows) layer, which berth cannot run",
+                l.digest()
+            )));
+        }
+        if !(media_type.contains("tar") || media_type.contains("rootfs.diff")) {
+            return Err(Error::BadImage(format!(
+                "{reference}: layer {} has media type {media_type}, not a filesystem layer",
+                l.digest()
+            )));
+        }
+        layers.push(LayerDesc {
+            digest: l.digest().to_string(),
+            size: l.size(),
+            media_type,
+        });
+    }
+    Ok(layers)
+}
+
+/// Parses and checks an image config.
+pub fn parse_config(bytes: &[u8], reference: &str) -> Result<ImageConfiguration> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| Error::BadImage(format!("{reference}: malformed image config: {e}")))
+}
+
+fn run_config(config: &ImageConfiguration) -> RunConfig {
+    let Some(c) = config.config() else {
+        return RunConfig::default();
+    };
+    RunConfig {
+        env: c.env().clone().unwrap_or_default(),
+        entrypoint: c.entrypoint().clone().unwrap_or_default(),
+        cmd: c.cmd().clone().unwrap_or_default(),
+        workdir: c.working_dir().clone().unwrap_or_default(),
+        user: c.user().clone().unwrap_or_default(),
+        labels: c
+            .labels()
+            .clone()
+            .map(|l| l.into_iter().collect())
+            .unwrap_or_default(),
+        stop_signal: c.stop_signal().clone().unwrap_or_default(),
+    }
+}
+
+fn platform_of(config: &ImageConfiguration) -> String {
+    let mut p = format!("{}/{}", config.os(), config.architecture());
+    if let Some(v) = config.variant() {
+        p.push('/');
+        p.push_str(v);
+    }
+    p
+}
+
+/// A blob reader the pipeline keeps a handle on, to drain it after an error.
+#[derive(Clone)]
+struct SharedReader<'a>(Arc<Mutex<Box<dyn Read + Send + 'a>>>);
+
+impl Read for SharedReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self.0.lock() {
+            Ok(mut r) => r.read(buf),
+            Err(_) => Err(io::Error::other("blob reader poisoned")),
+        }
+    }
+}
+
+impl SharedReader<'_> {
+    /// Reads the rest; an integrity or network failure comes back typed.
+    fn drain(mut self) -> Result<()> {
+        io::copy(&mut self, &mut io::sink())
+            .map(|_| ())
+            .map_err(|e| from_io(e, |e| Error::BadImage(e.to_string())))
+            .or_else(|e| match e {
+                Error::BadImage(_) => Ok(()),
+                other => Err(other),
+            })
+    }
+}
+
+/// Counts compressed bytes for progress.
+struct Counting<'a, R> {
+    inner: R,
+    count: u64,
+    index: usize,
+    progress: &'a dyn Progress,
+}
+
+impl<R: Read> Read for Counting<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count += n as u64;
+        self.progress.layer_bytes(self.index, self.count);
+        Ok(n)
+    }
+}
+
+/// Settings for a conversion.
+pub struct ConvertOptions<'a> {
+    /// Squashfs settings.
+    pub squashfs: &'a SquashfsSettings,
+    /// Compressor threads for tar2sqfs.
+    pub jobs: usize,
+    /// Names to point at the image once stored.
+    pub names: Vec<String>,
+    /// Progress sink.
+    pub progress: &'a dyn Progress,
+}
+
+/// Converts `image` into the store (or reuses it), then points the names
+/// at it. Exactly one process converts a given image id at a time; others
+/// wait for it and reuse the result.
+pub fn convert(
+    store: &Store,
+    image: &ResolvedImage,
+    source: &dyn LayerSource,
+    opts: &ConvertOptions<'_>,
+) -> Result<StoredImage> {
+    crate::squash::validate(opts.squashfs)?;
+    let id = crate::layer::sha256_digest(&image.config_bytes);
+    let diff_ids = image.config.rootfs().diff_ids().clone();
+    if diff_ids.len() != image.layers.len() {
+        return Err(Error::BadImage(format!(
+            "{}: the manifest lists {} layers but the config has {} diff_ids",
+            image.source,
+            image.layers.len(),
+            diff_ids.len()
+        )));
+    }
+    if let Ok(existing) = store.find(&id) {
+        opts.progress.cached(&id);
+        return name_image(store, existing, &opts.names);
+    }
+    let _lock = store.lock_image(&id)?;
+    if store.has_image(&id) {
+        opts.progress.waiting(&id);
+        let existing = store.find(&id)?;
+        return name_image(store, existing, &opts.names);
+    }
+    let work = store.work_dir()?;
+    std::fs::write(work.path().join("config.json"), &image.config_bytes)
+        .map_err(|e| Error::store("write", work.path().join("config.json"), e))?;
+    let sqfs_path = work.path().join("image.sqfs");
+    let mut writer = SquashWriter::start(&sqfs_path, opts.squashfs, opts.jobs)?;
+    let result = flatten_into(
+        &mut writer,
+        image,
+        source,
+        &diff_ids,
+        work.path(),
+        opts.progress,
+    );
+    let stats = match result {
+        Ok(stats) => {
+            opts.progress.finishing();
+            writer.finish()?;
+            stats
+        }
+        Err(e @ Error::HostTool(_)) => {
+            // The writer quit (disk full, ...): its own message says why.
+            writer.finish()?;
+            return Err(e);
+        }
+        Err(e) => {
+            writer.abort();
+            return Err(e);
+        }
+    };
+    let (size, sha256) = hash_file(&sqfs_path)?;
+    let record = ImageRecord {
+        version: 1,
+        id: id.clone(),
+        manifest_digest: image.manifest_digest.clone(),
+        source: image.source.clone(),
+        platform: platform_of(&image.config),
+        stored_at: timestamp(),
+        run: run_config(&image.config),
+        layers: image
+            .layers
+            .iter()
+            .zip(diff_ids.iter())
+            .map(|(l, d)| LayerRecord {
+                digest: l.digest.clone(),
+                diff_id: d.clone(),
+                media_type: l.media_type.clone(),
+                size: l.size,
+            })
+            .collect(),
+        squashfs: SquashfsRecord {
+            file: "image.sqfs".to_string(),
+            size,
+            sha256,
+            compressor: opts.squashfs.compressor.clone(),
+            block_size: opts.squashfs.block_size,
+        },
+        dropped_devices: stats.dropped_devices,
+    };
+    store.publish(work, &record)?;
+    let stored = store.find(&id)?;
+    name_image(store, stored, &opts.names)
+}
+
+fn name_image(store: &Store, mut image: StoredImage, names: &[String]) -> Result<StoredImage> {
+    for n in names {
+        store.set_name(n, &image.record.id)?;
+        if !image.names.contains(n) {
+            image.names.push(n.clone());
+        }
+    }
+    Ok(image)
+}
+
+fn flatten_into(
+    writer: &mut SquashWriter,
+    image: &ResolvedImage,
+    source: &dyn LayerSource,
+    diff_ids: &[String],
+    spool_dir: &Path,
+    progress: &dyn Progress,
+) -> Result<crate::flatten::FlattenStats> {
+    let input = writer.input()?;
+    let mut flattener = Flattener::new(input, spool_dir);
+    let count = image.layers.len();
+    for index in (0..count).rev() {
+        let layer = &image.layers[index];
+        progress.layer_start(index, count, layer);
+        let blob = SharedReader(Arc::new(Mutex::new(source.open_layer(layer)?)));
+        let counting = Counting {
+            inner: blob.clone(),
+            count: 0,
+            index,
+            progress,
+        };
+        let added = LayerStream::open(counting).and_then(|(mut stream, _)| {
+            flattener.add_layer(&layer.digest, &mut stream)?;
+            Ok(stream)
+        });
+        let stream = match added {
+            Ok(s) => s,
+            Err(e @ (Error::Integrity { .. } | Error::Network { .. } | Error::Auth { .. })) => {
+                return Err(e)
+            }
+            Err(e) => {
+                // A corrupt blob usually breaks decompression or tar parsing
+                // before its digest can be checked: read it to the end, and
+                // report the digest mismatch if there is one.
+                return Err(blob.drain().err().unwrap_or(e));
+            }
+        };
+        let (diff_id, _) = stream.finish();
+        if diff_id != diff_ids[index] {
+            return Err(Error::Integrity {
+                what: format!("layer {}", layer.digest),
+                detail: format!(
+                    "uncompressed content is {diff_id}, but the config says {}",
+                    diff_ids[index]
+                ),
+            });
+        }
+        progress.layer_done(index);
+    }
+    let (mut out, stats) = flattener.finish()?;
+    out.flush()
+        .map_err(|e| Error::HostTool(format!("writing to tar2sqfs: {e}")))?;
+    drop(out);
+    Ok(stats)
+}
+
+fn hash_file(path: &Path) -> Result<(u64, String)> {
+    let mut f = File::open(path).map_err(|e| Error::store("read", path, e))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut size = 0u64;
+    loop {
+        let n = f
+            .read(&mut buf)
+            .map_err(|e| Error::store("read", path, e))?;
+        if n == 0 {
+            break;
+        }
+        size += n as u64;
+        hasher.update(&buf[..n]);
+    }
+    f.sync_all().map_err(|e| Error::store("sync", path, e))?;
+    Ok((size, format!("sha256:{}", hex::encode(hasher.finalize()))))
+}
+
+/// Reads through `from_io` so typed errors survive a `Read` chain.
+pub fn read_all(mut r: impl Read, what: &str) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    r.read_to_end(&mut out)
+        .map_err(|e| from_io(e, |e| Error::BadImage(format!("{what}: {e}"))))?;
+    Ok(out)
+}

@@ -1,0 +1,29 @@
+#!/bin/bash
+# berth's whole test suite, from a fresh clone of a Debian 12 machine:
+#
+#   sudo bash tests/run.sh
+#
+# Root is needed only for the set-up (packages, the unprivileged test user,
+# two loopback registries, fixture images); every berth command in the
+# end-to-end tests runs as that unprivileged user. CI runs exactly this
+# (.ci/run).
+set -Eeuo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+if [[ $(id -u) != 0 ]]; then
+    echo "tests/run.sh: run as root (sudo): the set-up installs packages, creates the" >&2
+    echo "unprivileged test user and starts registries; berth itself runs unprivileged." >&2
+    exit 1
+fi
+
+bash tests/setup/setup.sh
+trap 'bash tests/setup/teardown.sh >/dev/null 2>&1 || true' EXIT
+
+echo "== cargo fmt --check"
+cargo fmt --all --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== cargo test"
+# BERTH_IT_REQUIRED: end-to-end tests fail instead of skipping when the
+# fixture environment is missing.
+BERTH_IT_REQUIRED=1 cargo test --workspace --locked

@@ -134,6 +134,9 @@ pub enum Error {
     /// A host tool is missing or failed.
     #[error("{0}")]
     HostTool(String),
+    /// A pipeline stage stopped because another one failed (internal).
+    #[error("cancelled")]
+    Cancelled,
     /// A file given by the user could not be read.
     #[error("cannot read {path}: {source}")]
     Input {
@@ -158,6 +161,7 @@ impl Error {
             Error::Store { .. } => ErrorClass::Store,
             Error::HostTool(_) => ErrorClass::HostTool,
             Error::Input { .. } => ErrorClass::NotFound,
+            Error::Cancelled => ErrorClass::BadImage,
         }
     }
 

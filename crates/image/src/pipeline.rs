@@ -239,6 +239,7 @@ pub fn convert(
         .map_err(|e| Error::store("write", work.path().join("config.json"), e))?;
     let sqfs_path = work.path().join("image.sqfs");
     let mut writer = SquashWriter::start(&sqfs_path, opts.squashfs, opts.jobs)?;
+    let t0 = std::time::Instant::now();
     let result = flatten_into(
         &mut writer,
         image,
@@ -247,10 +248,12 @@ pub fn convert(
         work.path(),
         opts.progress,
     );
+    tracing::debug!("layers read and flattened in {:?}", t0.elapsed());
     let stats = match result {
         Ok(stats) => {
             opts.progress.finishing();
             writer.finish()?;
+            tracing::debug!("squashfs written at {:?}", t0.elapsed());
             stats
         }
         Err(e @ Error::HostTool(_)) => {
@@ -264,6 +267,7 @@ pub fn convert(
         }
     };
     let (size, sha256) = hash_file(&sqfs_path)?;
+    tracing::debug!("squashfs hashed and synced at {:?}", t0.elapsed());
     let record = ImageRecord {
         version: 1,
         id: id.clone(),
@@ -321,30 +325,34 @@ fn flatten_into(
     for index in (0..count).rev() {
         let layer = &image.layers[index];
         progress.layer_start(index, count, layer);
-        let blob = SharedReader(Arc::new(Mutex::new(source.open_layer(layer)?)));
-        let counting = Counting {
-            inner: blob.clone(),
-            count: 0,
-            index,
-            progress,
-        };
-        let added = LayerStream::open(counting).and_then(|(mut stream, _)| {
-            flattener.add_layer(&layer.digest, &mut stream)?;
-            Ok(stream)
+        let blob = source.open_layer(layer)?;
+        // Decompression and hashing run on their own thread, tar parsing
+        // and flattening on this one, compression in tar2sqfs: three stages
+        // that overlap.
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(16);
+        let (added, decompressed) = std::thread::scope(|scope| {
+            let worker = scope.spawn(move || decompress_layer(blob, index, progress, tx));
+            let reader = ChunkReader {
+                rx,
+                current: Vec::new(),
+                pos: 0,
+            };
+            let added = flattener.add_layer(&layer.digest, reader);
+            let decompressed = worker.join().unwrap_or_else(|_| {
+                Err(Error::BadImage(
+                    "the decompressor thread panicked".to_string(),
+                ))
+            });
+            (added, decompressed)
         });
-        let stream = match added {
-            Ok(s) => s,
-            Err(e @ (Error::Integrity { .. } | Error::Network { .. } | Error::Auth { .. })) => {
-                return Err(e)
-            }
-            Err(e) => {
-                // A corrupt blob usually breaks decompression or tar parsing
-                // before its digest can be checked: read it to the end, and
-                // report the digest mismatch if there is one.
-                return Err(blob.drain().err().unwrap_or(e));
-            }
+        // The decompressor's error explains the flattener's (a truncated
+        // stream), so it comes first.
+        let diff_id = match (decompressed, added) {
+            (Err(Error::Cancelled), Err(e)) => return Err(e),
+            (Err(e), _) => return Err(e),
+            (Ok(_), Err(e)) => return Err(e),
+            (Ok(d), Ok(())) => d,
         };
-        let (diff_id, _) = stream.finish();
         if diff_id != diff_ids[index] {
             return Err(Error::Integrity {
                 what: format!("layer {}", layer.digest),
@@ -361,6 +369,90 @@ fn flatten_into(
         .map_err(|e| Error::HostTool(format!("writing to tar2sqfs: {e}")))?;
     drop(out);
     Ok(stats)
+}
+
+/// Decompresses one layer blob into chunks for the flattener; returns the
+/// diff_id. A corrupt blob usually breaks decompression before its digest
+/// can be checked: it is then read to the end, and a digest mismatch is
+/// reported instead of the decompressor's complaint.
+fn decompress_layer(
+    blob: Box<dyn Read + Send + '_>,
+    index: usize,
+    progress: &dyn Progress,
+    tx: std::sync::mpsc::SyncSender<Vec<u8>>,
+) -> Result<String> {
+    let shared = SharedReader(Arc::new(Mutex::new(blob)));
+    let counting = Counting {
+        inner: shared.clone(),
+        count: 0,
+        index,
+        progress,
+    };
+    let run = move || -> Result<String> {
+        let (mut stream, _) = LayerStream::open(counting)?;
+        loop {
+            let mut buf = vec![0u8; 256 * 1024];
+            let n = read_full(&mut stream, &mut buf)
+                .map_err(|e| from_io(e, |e| Error::BadImage(format!("layer: {e}"))))?;
+            if n == 0 {
+                break;
+            }
+            buf.truncate(n);
+            if tx.send(buf).is_err() {
+                return Err(Error::Cancelled);
+            }
+        }
+        Ok(stream.finish().0)
+    };
+    match run() {
+        Ok(d) => Ok(d),
+        Err(
+            e @ (Error::Integrity { .. }
+            | Error::Network { .. }
+            | Error::Auth { .. }
+            | Error::Cancelled),
+        ) => Err(e),
+        Err(e) => Err(shared.drain().err().unwrap_or(e)),
+    }
+}
+
+/// Fills `buf` as far as the stream allows (fewer, larger chunks).
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match r.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
+
+/// Reads the decompressor's chunks.
+struct ChunkReader {
+    rx: std::sync::mpsc::Receiver<Vec<u8>>,
+    current: Vec<u8>,
+    pos: usize,
+}
+
+impl Read for ChunkReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.pos >= self.current.len() {
+            match self.rx.recv() {
+                Ok(chunk) => {
+                    self.current = chunk;
+                    self.pos = 0;
+                }
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len() - self.pos);
+        buf[..n].copy_from_slice(&self.current[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
 }
 
 fn hash_file(path: &Path) -> Result<(u64, String)> {

@@ -334,6 +334,12 @@ impl Store {
             let p = work.path().join(f);
             let _ = fs::set_permissions(&p, fs::Permissions::from_mode(0o444));
         }
+        // A site store made readable for everyone (0755) shares its images;
+        // a private one (0700) keeps them private.
+        let shared_mode = fs::metadata(self.root.join("images"))
+            .map(|m| m.permissions().mode() & 0o755)
+            .unwrap_or(0o700);
+        let _ = fs::set_permissions(work.path(), fs::Permissions::from_mode(shared_mode | 0o700));
         let dest = self.image_dir(&record.id);
         if dest.exists() {
             // Someone published it meanwhile without our lock (should not
@@ -467,11 +473,13 @@ impl Store {
     pub fn remove(&self, wanted: &str) -> Result<Vec<String>> {
         let img = self.find(wanted)?;
         if img.shared {
-            return Err(Error::store(
-                "remove from a shared store",
-                &img.dir,
-                std::io::Error::from_raw_os_error(30),
-            ));
+            return Err(Error::Store {
+                what: "cannot remove an image of a shared store",
+                path: img.dir.clone(),
+                source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+                hint: "; shared stores are read-only for berth: their owner manages them"
+                    .to_string(),
+            });
         }
         let _lock = self.lock()?;
         let mut names = Self::read_names(&self.root)?;

@@ -37,7 +37,7 @@ fn parse_bool(s: &str) -> Result<bool, String> {
 }
 
 /// Registry connection options.
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Clone, Default)]
 pub struct TlsArgs {
     /// Require HTTPS and verify certificates (false: allow plain HTTP and self-signed certificates).
     #[arg(long, value_name = "BOOL", default_value = "true", value_parser = parse_bool, num_args = 0..=1, default_missing_value = "true")]
@@ -47,6 +47,10 @@ pub struct TlsArgs {
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run a command in a new container from an image.
+    Run(RunArgs),
+    /// Open an interactive shell in a new container from an image.
+    Shell(ShellArgs),
     /// Pull an image from a registry into the store; prints its id.
     Pull(PullArgs),
     /// Import an image from docker-archive:FILE, oci-archive:FILE or oci:DIR[:TAG].
@@ -76,6 +80,85 @@ impl Command {
             _ => false,
         }
     }
+}
+
+/// Options shared by `run` and `shell`.
+#[derive(Debug, Args, Clone, Default)]
+pub struct ContainerArgs {
+    /// Set an environment variable (NAME=VALUE, or NAME to take the host's value).
+    #[arg(short = 'e', long = "env", value_name = "NAME[=VALUE]")]
+    pub env: Vec<String>,
+    /// Read environment variables from a file (NAME=VALUE lines).
+    #[arg(long = "env-file", value_name = "FILE")]
+    pub env_file: Vec<std::path::PathBuf>,
+    /// Pass the whole host environment (except PATH, LD_LIBRARY_PATH, HOME and similar).
+    #[arg(long)]
+    pub env_host: bool,
+    /// Bind a host path: SRC:DST[:ro|rw] (SRC alone binds it at the same path).
+    #[arg(short = 'v', long = "volume", value_name = "SRC[:DST[:ro|rw]]")]
+    pub volumes: Vec<String>,
+    /// Working directory inside the container.
+    #[arg(short = 'w', long = "workdir", value_name = "DIR")]
+    pub workdir: Option<String>,
+    /// Make the image writable (changes go to memory and vanish with the container).
+    #[arg(long)]
+    pub writable: bool,
+    /// Be root inside the container (mapped to you outside).
+    #[arg(long)]
+    pub fakeroot: bool,
+    /// Do not bind your home directory.
+    #[arg(long)]
+    pub no_home: bool,
+    /// Give the container its own PID namespace, with a reaping init.
+    #[arg(long)]
+    pub pid: bool,
+    /// Network: host (default) or none.
+    #[arg(long, default_value = "host", value_parser = ["host", "none"])]
+    pub net: String,
+    /// Print each start-up phase in microseconds (also BERTH_TIMING=1).
+    #[arg(long)]
+    pub timing: bool,
+    /// TLS options, for pulling an unknown image.
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+/// `berth run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Container options.
+    #[command(flatten)]
+    pub container: ContainerArgs,
+    /// Accepted for podman compatibility: containers are always removed.
+    #[arg(long)]
+    pub rm: bool,
+    /// Keep standard input (it always is: the caller's own descriptors are used).
+    #[arg(short = 'i', long)]
+    pub interactive: bool,
+    /// The caller's terminal is the container's (no pseudo-terminal is copied through).
+    #[arg(short = 't', long)]
+    pub tty: bool,
+    /// Override the image's ENTRYPOINT (an empty string clears it).
+    #[arg(long, value_name = "PROGRAM", allow_hyphen_values = true)]
+    pub entrypoint: Option<String>,
+    /// A name for the container (shown in messages).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Image name, id or registry reference.
+    pub image: String,
+    /// Command and arguments (default: the image's ENTRYPOINT and CMD).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub command: Vec<String>,
+}
+
+/// `berth shell`.
+#[derive(Debug, Args)]
+pub struct ShellArgs {
+    /// Container options.
+    #[command(flatten)]
+    pub container: ContainerArgs,
+    /// Image name, id or registry reference.
+    pub image: String,
 }
 
 /// `berth pull`.

@@ -10,6 +10,12 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // The image keeper, started by `berth run`: not a user command.
+    let raw: Vec<String> = std::env::args().collect();
+    if raw.get(1).map(String::as_str) == Some("__keeper") {
+        let code = berth_runtime::keeper_main(&raw[2..]);
+        return ExitCode::from(code.clamp(0, 255) as u8);
+    }
     let cli = cli::Cli::parse();
     init_logging(&cli.global, cli.command.is_quiet());
     match commands::run(cli) {

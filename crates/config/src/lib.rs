@@ -70,6 +70,32 @@ impl Default for SquashfsSettings {
     }
 }
 
+/// Run-time settings.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeSettings {
+    /// Site binds for every container: `SRC[:DST][:ro|rw]`; sources missing
+    /// on a node are skipped.
+    #[serde(default)]
+    pub binds: Vec<String>,
+    /// Seconds an image mount stays alive after its last container ends.
+    #[serde(default = "default_keeper_idle")]
+    pub keeper_idle_seconds: u64,
+}
+
+fn default_keeper_idle() -> u64 {
+    30
+}
+
+impl Default for RuntimeSettings {
+    fn default() -> Self {
+        Self {
+            binds: Vec::new(),
+            keeper_idle_seconds: default_keeper_idle(),
+        }
+    }
+}
+
 /// One parsed config file, as written. Every key is optional.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -86,6 +112,8 @@ pub struct ConfigFile {
     pub insecure_registries: Vec<String>,
     /// Squashfs settings for new images.
     pub squashfs: Option<SquashfsSettings>,
+    /// Run-time settings.
+    pub runtime: Option<RuntimeSettings>,
 }
 
 impl ConfigFile {
@@ -118,6 +146,14 @@ impl ConfigFile {
         self.insecure_registries.extend(over.insecure_registries);
         if over.squashfs.is_some() {
             self.squashfs = over.squashfs;
+        }
+        match (&mut self.runtime, over.runtime) {
+            (Some(mine), Some(theirs)) => {
+                mine.binds.extend(theirs.binds);
+                mine.keeper_idle_seconds = theirs.keeper_idle_seconds;
+            }
+            (None, Some(theirs)) => self.runtime = Some(theirs),
+            _ => {}
         }
         self
     }
@@ -198,6 +234,8 @@ pub struct Config {
     pub insecure_registries: Vec<String>,
     /// Squashfs settings for new images.
     pub squashfs: SquashfsSettings,
+    /// Run-time settings.
+    pub runtime: RuntimeSettings,
     /// Where the config came from, for `berth info` and error messages.
     pub files: Vec<PathBuf>,
 }
@@ -245,6 +283,7 @@ impl Config {
             shared_stores,
             insecure_registries: file.insecure_registries,
             squashfs: file.squashfs.unwrap_or_default(),
+            runtime: file.runtime.unwrap_or_default(),
             files,
         })
     }

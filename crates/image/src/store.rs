@@ -431,12 +431,19 @@ impl Store {
     /// unique id prefix of at least 4 hex digits.
     pub fn find(&self, wanted: &str) -> Result<StoredImage> {
         let images = self.list()?;
-        let mut candidates = vec![wanted.to_string()];
-        if let Ok(r) = ImageRef::parse(wanted) {
-            candidates.push(r.store_name());
-        }
-        if let Ok(r) = ImageRef::parse_local_name(wanted) {
-            candidates.push(r.store_name());
+        // Cheap string forms first: the full reference parser compiles a
+        // large regular expression (tens of ms), too slow for `berth run`.
+        let mut candidates = short_name_candidates(wanted);
+        if !images
+            .iter()
+            .any(|i| i.names.iter().any(|n| candidates.contains(n)))
+        {
+            if let Ok(r) = ImageRef::parse(wanted) {
+                candidates.push(r.store_name());
+            }
+            if let Ok(r) = ImageRef::parse_local_name(wanted) {
+                candidates.push(r.store_name());
+            }
         }
         for c in &candidates {
             if let Some(img) = images.iter().find(|i| i.names.iter().any(|n| n == c)) {
@@ -538,6 +545,30 @@ impl Store {
         }
         Ok(removed)
     }
+}
+
+/// The names a short reference may stand for, in order: as typed, with
+/// `:latest`, under `localhost/`, under `docker.io/` (and `library/`).
+fn short_name_candidates(wanted: &str) -> Vec<String> {
+    let last = wanted.rsplit('/').next().unwrap_or(wanted);
+    let tagged = if last.contains(':') || last.contains('@') {
+        wanted.to_string()
+    } else {
+        format!("{wanted}:latest")
+    };
+    let first = wanted.split('/').next().unwrap_or_default();
+    let has_registry = wanted.contains('/')
+        && (first.contains('.') || first.contains(':') || first == "localhost");
+    let mut out = vec![wanted.to_string(), tagged.clone()];
+    if !has_registry {
+        out.push(format!("localhost/{tagged}"));
+        if wanted.contains('/') {
+            out.push(format!("docker.io/{tagged}"));
+        } else {
+            out.push(format!("docker.io/library/{tagged}"));
+        }
+    }
+    out
 }
 
 fn now_nanos() -> u128 {

@@ -4,6 +4,7 @@ mod images;
 mod import;
 mod login;
 mod pull;
+mod run;
 
 use std::process::ExitCode;
 
@@ -24,6 +25,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         cli_store: cli.global.store.clone(),
     };
     match cli.command {
+        Command::Run(a) => run::run(&ctx, a),
+        Command::Shell(a) => run::shell(&ctx, a),
         Command::Pull(a) => pull::run(&ctx, a),
         Command::Import(a) => import::run(&ctx, a),
         Command::Images(a) => images::list(&ctx, a),
@@ -60,6 +63,9 @@ impl Context {
 pub fn describe_error(e: &anyhow::Error) -> (u8, String) {
     if let Some(ie) = e.downcast_ref::<berth_image::Error>() {
         return (ie.class().exit_code(), format!("{e:#}"));
+    }
+    if let Some(re) = e.downcast_ref::<berth_runtime::Error>() {
+        return (berth_runtime::error::EXIT_BERTH as u8, format!("{re}"));
     }
     if e.downcast_ref::<ConfigError>().is_some() {
         return (EXIT_CONFIG, format!("{e:#}"));

@@ -153,3 +153,37 @@ fn full_disk_fails_cleanly() {
     ])
     .ok();
 }
+
+#[test]
+fn site_shared_store_is_searched_after_the_users() {
+    let env = need_env!();
+    // The site store: filled by an admin (here: a separate sandbox), made
+    // world-readable, listed in the site config.
+    let site = Sandbox::new(env);
+    let site_store = site.store();
+    std::fs::set_permissions(
+        &site_store,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    site.run(&[
+        "import",
+        &format!("oci:{}:latest", env.fixtures().join("oci/layers").display()),
+        "site/tools",
+    ])
+    .ok();
+    let sb = Sandbox::new(env);
+    let cfg = sb.dir.path().join("no-site-config.toml");
+    fs::write(
+        &cfg,
+        format!("shared_stores = [\"{}\"]\n", site_store.display()),
+    )
+    .unwrap();
+    let j = sb.run(&["inspect", "site/tools"]).ok().json();
+    assert_eq!(j["shared_store"], true);
+    // Readable by the user, and nothing is written to the shared store.
+    assert!(fs::read(j["squashfs"]["path"].as_str().unwrap()).is_ok());
+    sb.run(&["rmi", "site/tools"]).fails(15, "shared store");
+    let table = sb.run(&["images"]).ok().stdout();
+    assert!(table.contains("(shared)"), "{table}");
+}

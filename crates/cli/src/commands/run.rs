@@ -1,0 +1,327 @@
+//! `berth run` and `berth shell`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Result};
+use berth_config::Config;
+use berth_image::reference::ImageRef;
+use berth_image::store::{Store, StoredImage};
+use berth_runtime::rootfs::Bind;
+use berth_runtime::semantics::{self, ImageDefaults, UserRequest};
+use berth_runtime::{IdMode, RunSpec};
+
+use super::Context;
+use crate::cli::{ContainerArgs, RunArgs, ShellArgs};
+
+/// `berth run`: exits with the command's status. Every failure of berth's
+/// own is exit code 125 (as podman), whatever its class.
+pub fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
+    let started = Instant::now();
+    let request = UserRequest {
+        entrypoint: args.entrypoint.clone(),
+        args: args.command.clone(),
+        ..UserRequest::default()
+    };
+    finish(start(ctx, &args.container, &args.image, request, started))
+}
+
+/// `berth shell`: the image's bash if it has one, else sh.
+pub fn shell(ctx: &Context, args: ShellArgs) -> Result<ExitCode> {
+    let started = Instant::now();
+    let request = UserRequest {
+        entrypoint: Some("/bin/sh".to_string()),
+        args: vec![
+            "-c".to_string(),
+            "if [ -x /bin/bash ]; then exec /bin/bash -l; else exec /bin/sh -l; fi".to_string(),
+        ],
+        ..UserRequest::default()
+    };
+    finish(start(ctx, &args.container, &args.image, request, started))
+}
+
+fn finish(result: Result<i32>) -> Result<ExitCode> {
+    match result {
+        Ok(code) => Ok(ExitCode::from(code.clamp(0, 255) as u8)),
+        Err(e) => {
+            eprintln!("berth: error: {e:#}");
+            Ok(ExitCode::from(berth_runtime::error::EXIT_BERTH as u8))
+        }
+    }
+}
+
+/// Whether a reference names a registry explicitly (then an unknown image
+/// is pulled, as podman does).
+fn names_registry(image: &str) -> bool {
+    let first = image.split('/').next().unwrap_or_default();
+    image.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost")
+}
+
+fn find_or_pull(
+    config: &Config,
+    store: &Store,
+    image: &str,
+    c: &ContainerArgs,
+) -> Result<StoredImage> {
+    match store.find(image) {
+        Ok(img) => Ok(img),
+        Err(berth_image::Error::ImageNotInStore(_)) if names_registry(image) => {
+            let reference = ImageRef::parse(image)?;
+            eprintln!("berth: {image} is not in the store; pulling it");
+            let options = super::pull::registry_options(&reference, c.tls.tls_verify, None, config)?;
+            let registry = berth_image::registry::Registry::new(&reference, options)?;
+            let reporter = crate::progress::Reporter::new(false, &reference.to_string());
+            let opts = berth_image::pipeline::ConvertOptions {
+                squashfs: &config.squashfs,
+                jobs: super::jobs(),
+                names: vec![reference.store_name()],
+                progress: &reporter,
+            };
+            let platform = berth_image::platform::Platform::host();
+            berth_image::pull::pull(store, &registry, &reference, &platform, &opts)?;
+            // The pull started threads; the run path forks and enters
+            // namespaces, which wants a single-threaded process: start over.
+            reexec()
+        }
+        Err(berth_image::Error::ImageNotInStore(_)) => Err(anyhow!(
+            "image {image:?} is not in the store: pull it first (berth pull REF), or name its registry (e.g. docker.io/library/{image})"
+        )),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn reexec() -> Result<StoredImage> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe()?;
+    let err = std::process::Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .exec();
+    Err(anyhow!("cannot restart berth after the pull: {err}"))
+}
+
+fn parse_volume(spec: &str, cwd: &Path) -> Result<Bind> {
+    let parts: Vec<&str> = spec.split(':').collect();
+    let (src, dst, mode) = match parts.as_slice() {
+        [s] => (*s, *s, None),
+        [s, d] if *d == "ro" || *d == "rw" => (*s, *s, Some(*d)),
+        [s, d] => (*s, *d, None),
+        [s, d, m] => (*s, *d, Some(*m)),
+        _ => return Err(anyhow!("bind {spec:?}: expected SRC[:DST[:ro|rw]]")),
+    };
+    let readonly = match mode {
+        None | Some("rw") => false,
+        Some("ro") => true,
+        Some(other) => {
+            return Err(anyhow!(
+                "bind {spec:?}: unknown option {other:?} (use ro or rw)"
+            ))
+        }
+    };
+    if src.is_empty() || dst.is_empty() {
+        return Err(anyhow!("bind {spec:?}: empty path"));
+    }
+    let source = if Path::new(src).is_absolute() {
+        PathBuf::from(src)
+    } else {
+        cwd.join(src)
+    };
+    let source = source.canonicalize().map_err(|e| {
+        anyhow!(
+            "bind {spec:?}: source {} is not usable: {e}",
+            source.display()
+        )
+    })?;
+    let target = if dst.starts_with('/') {
+        dst.to_string()
+    } else if dst == src {
+        source.to_string_lossy().into_owned()
+    } else {
+        return Err(anyhow!(
+            "bind {spec:?}: the container path must be absolute"
+        ));
+    };
+    if target.split('/').any(|c| c == "..") {
+        return Err(anyhow!(
+            "bind {spec:?}: the container path must not contain `..`"
+        ));
+    }
+    Ok(Bind {
+        source,
+        target,
+        readonly,
+        spec: spec.to_string(),
+    })
+}
+
+/// Binds in mount order: site, home, cwd, /tmp, then `-v`; a later bind of
+/// the same target wins; parents before children.
+fn binds(config: &Config, c: &ContainerArgs, home: Option<&Path>, cwd: &Path) -> Result<Vec<Bind>> {
+    let mut out: Vec<Bind> = Vec::new();
+    for site in &config.runtime.binds {
+        match parse_volume(site, Path::new("/")) {
+            Ok(b) => out.push(b),
+            // Site binds name paths that may not exist on every node.
+            Err(e) => tracing::debug!("skipping site bind: {e:#}"),
+        }
+    }
+    if let Some(h) = home.filter(|h| h.is_dir() && !c.no_home) {
+        out.push(Bind {
+            source: h.to_path_buf(),
+            target: h.to_string_lossy().into_owned(),
+            readonly: false,
+            spec: "home".to_string(),
+        });
+    }
+    let covered = |p: &Path, binds: &[Bind]| binds.iter().any(|b| p.starts_with(&b.target));
+    if cwd != Path::new("/") && !covered(cwd, &out) {
+        out.push(Bind {
+            source: cwd.to_path_buf(),
+            target: cwd.to_string_lossy().into_owned(),
+            readonly: false,
+            spec: "current directory".to_string(),
+        });
+    }
+    if Path::new("/tmp").is_dir() {
+        out.push(Bind {
+            source: PathBuf::from("/tmp"),
+            target: "/tmp".to_string(),
+            readonly: false,
+            spec: "/tmp".to_string(),
+        });
+    }
+    for v in &c.volumes {
+        out.push(parse_volume(v, cwd)?);
+    }
+    // The last bind of a target wins.
+    let mut dedup: Vec<Bind> = Vec::new();
+    for b in out.into_iter().rev() {
+        if !dedup.iter().any(|d| d.target == b.target) {
+            dedup.push(b);
+        }
+    }
+    dedup.reverse();
+    dedup.sort_by_key(|b| b.target.matches('/').count());
+    Ok(dedup)
+}
+
+fn host_env() -> Vec<(String, String)> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect()
+}
+
+fn start(
+    ctx: &Context,
+    c: &ContainerArgs,
+    image: &str,
+    mut request: UserRequest,
+    started: Instant,
+) -> Result<i32> {
+    let config = ctx.config()?;
+    let store = ctx.store(&config)?;
+    let img = find_or_pull(&config, &store, image, c)?;
+    let uid = rustix::process::getuid().as_raw();
+    let gid = rustix::process::getgid().as_raw();
+    let mode = if uid == 0 {
+        IdMode::HostRoot
+    } else if c.fakeroot {
+        IdMode::FakeRoot
+    } else {
+        IdMode::Identity
+    };
+    let pw = berth_runtime::sys::getpwuid(uid);
+    let name = pw
+        .as_ref()
+        .map(|p| p.name.clone())
+        .unwrap_or_else(|| format!("u{uid}"));
+    let home = pw
+        .as_ref()
+        .map(|p| PathBuf::from(&p.home))
+        .or_else(|| std::env::var_os("HOME").map(PathBuf::from));
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+
+    for f in &c.env_file {
+        let text =
+            std::fs::read_to_string(f).map_err(|e| anyhow!("--env-file {}: {e}", f.display()))?;
+        request.env_files.extend(semantics::parse_env_file(&text)?);
+    }
+    request.env = c.env.clone();
+    request.env_host = c.env_host;
+    request.workdir = c.workdir.clone();
+
+    let run = &img.record.run;
+    let defaults = ImageDefaults {
+        env: run.env.clone(),
+        entrypoint: run.entrypoint.clone(),
+        cmd: run.cmd.clone(),
+        workdir: run.workdir.clone(),
+    };
+    let argv = semantics::command_line(&defaults, &request)?;
+    let (inside_home, inside_user) = match mode {
+        IdMode::FakeRoot | IdMode::HostRoot => ("/root".to_string(), "root".to_string()),
+        IdMode::Identity => (
+            home.as_ref()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "/".to_string()),
+            name.clone(),
+        ),
+    };
+    let hostname = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned();
+    let fixed = vec![
+        ("HOME".to_string(), inside_home.clone()),
+        ("USER".to_string(), inside_user.clone()),
+        ("LOGNAME".to_string(), inside_user),
+        ("HOSTNAME".to_string(), hostname),
+        ("container".to_string(), "berth".to_string()),
+    ];
+    let env = semantics::environment(&defaults, &request, &host_env(), &fixed)?;
+    let workdir = semantics::workdir(&defaults, &request, cwd.to_str())?;
+    let binds = binds(&config, c, home.as_deref(), &cwd)?;
+    let (passwd_line, group_line) = match mode {
+        IdMode::Identity => {
+            let gecos = pw
+                .as_ref()
+                .map(|p| p.gecos.replace(':', " "))
+                .unwrap_or_default();
+            let group = berth_runtime::sys::group_name(gid).unwrap_or_else(|| format!("g{gid}"));
+            (
+                Some(format!(
+                    "{name}:x:{uid}:{gid}:{gecos}:{inside_home}:/bin/sh"
+                )),
+                Some(format!("{group}:x:{gid}:")),
+            )
+        }
+        _ => (None, None),
+    };
+    let idle = std::env::var("BERTH_KEEPER_IDLE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(config.runtime.keeper_idle_seconds);
+    let timing =
+        c.timing || std::env::var_os("BERTH_TIMING").is_some_and(|v| v != "0" && !v.is_empty());
+    let spec = RunSpec {
+        image: img.squashfs_path(),
+        image_id: img.record.id.clone(),
+        argv,
+        env,
+        workdir,
+        binds,
+        writable: c.writable,
+        pid_ns: c.pid,
+        net_none: c.net == "none",
+        mode,
+        keeper_idle: Duration::from_secs(idle),
+        berth_exe: std::env::current_exe()?,
+        timing,
+        started,
+        passwd_line,
+        group_line,
+        uid,
+        gid,
+    };
+    Ok(berth_runtime::run(&spec)?)
+}

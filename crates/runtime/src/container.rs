@@ -1,0 +1,368 @@
+//! Starting a container: the parent stays outside to report the exit code
+//! and forward signals; a forked child joins the keeper's namespaces, makes
+//! its own mount namespace, assembles the root file system and `exec`s the
+//! command. stdin, stdout and stderr are the caller's own descriptors: no
+//! copying loop, no throughput loss.
+
+use std::os::fd::AsFd;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rustix::thread::{LinkNameSpaceType, UnshareFlags};
+
+use crate::error::{Error, Result, EXIT_BERTH, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
+use crate::keeper::{self, IdMode, KeeperLease};
+use crate::rootfs::{self, Bind, RootfsPlan};
+use crate::sys::{self, Exit, Fork, SigSet};
+
+/// Signals forwarded to the container when a process sends them to berth.
+/// (A terminal's Ctrl-C reaches the command directly: same process group.)
+pub const FORWARDED: &[i32] = &[
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
+
+/// Everything needed to start one container.
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    /// The image's squashfs file.
+    pub image: PathBuf,
+    /// The image id (keys the keeper).
+    pub image_id: String,
+    /// Command line.
+    pub argv: Vec<String>,
+    /// Environment.
+    pub env: Vec<(String, String)>,
+    /// Working directory inside.
+    pub workdir: String,
+    /// Binds, in mount order.
+    pub binds: Vec<Bind>,
+    /// Writable overlay.
+    pub writable: bool,
+    /// Own PID namespace with a reaping init.
+    pub pid_ns: bool,
+    /// Empty network namespace.
+    pub net_none: bool,
+    /// Id mapping.
+    pub mode: IdMode,
+    /// Keeper idle time before it unmounts.
+    pub keeper_idle: Duration,
+    /// berth's own binary (to start keepers).
+    pub berth_exe: PathBuf,
+    /// Print start-up phases.
+    pub timing: bool,
+    /// When berth started, for `--timing`.
+    pub started: Instant,
+    /// `/etc/passwd` line to add.
+    pub passwd_line: Option<String>,
+    /// `/etc/group` line to add.
+    pub group_line: Option<String>,
+    /// The caller's uid on the host.
+    pub uid: u32,
+    /// The caller's gid on the host.
+    pub gid: u32,
+}
+
+struct Timing {
+    on: bool,
+    started: Instant,
+    marks: Vec<(&'static str, Duration)>,
+}
+
+impl Timing {
+    fn mark(&mut self, phase: &'static str) {
+        if self.on {
+            self.marks.push((phase, self.started.elapsed()));
+        }
+    }
+
+    fn report(&self) {
+        if !self.on {
+            return;
+        }
+        let mut prev = Duration::ZERO;
+        let parts: Vec<String> = self
+            .marks
+            .iter()
+            .map(|(p, t)| {
+                let d = t.saturating_sub(prev);
+                prev = *t;
+                format!("{p}={}us", d.as_micros())
+            })
+            .collect();
+        eprintln!(
+            "berth timing: {} total={}us",
+            parts.join(" "),
+            prev.as_micros()
+        );
+    }
+}
+
+/// Runs a container and returns its exit code (128+N for death by signal N).
+pub fn run(spec: &RunSpec) -> Result<i32> {
+    let mut timing = Timing {
+        on: spec.timing,
+        started: spec.started,
+        marks: Vec::new(),
+    };
+    timing.mark("config");
+    let lease = keeper::acquire(
+        &spec.berth_exe,
+        &spec.image,
+        &spec.image_id,
+        spec.mode,
+        spec.keeper_idle,
+    )?;
+    timing.mark("keeper");
+    let mut watched: Vec<i32> = FORWARDED.to_vec();
+    watched.push(libc::SIGCHLD);
+    let set = SigSet::of(&watched);
+    sys::mask(&set, true).map_err(|e| Error::Setup(format!("sigprocmask: {e}")))?;
+    match sys::fork().map_err(|e| Error::Setup(format!("fork: {e}")))? {
+        Fork::Child => {
+            let code = match child(spec, &lease, timing) {
+                Ok(never) => match never {},
+                Err(e) => {
+                    eprintln!("berth: error: {e}");
+                    EXIT_BERTH
+                }
+            };
+            sys::exit_now(code)
+        }
+        Fork::Parent(pid) => {
+            // Processes in the container run as the same user: keep them
+            // from ptracing berth or opening /proc/PID/exe (CVE-2019-5736).
+            let _ = rustix::process::set_dumpable_behavior(
+                rustix::process::DumpableBehavior::NotDumpable,
+            );
+            let exit = supervise(pid, &set);
+            drop(lease);
+            Ok(exit.as_code())
+        }
+    }
+}
+
+/// Waits for `pid`, forwarding signals that processes send us.
+fn supervise(pid: libc::pid_t, set: &SigSet) -> Exit {
+    loop {
+        match sys::wait_signal(set) {
+            Ok(sig) if sig.signo == libc::SIGCHLD => {
+                if let Ok(Some((_, exit))) = sys::wait(pid, true) {
+                    return exit;
+                }
+            }
+            Ok(sig) if sig.from_process => sys::kill(pid, sig.signo),
+            Ok(_) => {}
+            Err(_) => {
+                // Cannot wait for signals: fall back to a plain wait.
+                return match sys::wait(pid, false) {
+                    Ok(Some((_, exit))) => exit,
+                    _ => Exit::Code(EXIT_BERTH),
+                };
+            }
+        }
+    }
+}
+
+/// As PID 1 of a PID namespace: reap every process, forward signals to the
+/// command, exit with the command's status.
+fn init_loop(command: libc::pid_t, set: &SigSet) -> Exit {
+    loop {
+        match sys::wait_signal(set) {
+            Ok(sig) if sig.signo == libc::SIGCHLD => {
+                while let Ok(Some((pid, exit))) = sys::wait(-1, true) {
+                    if pid == command {
+                        return exit;
+                    }
+                }
+            }
+            Ok(sig) => sys::kill(command, sig.signo),
+            Err(_) => return Exit::Code(EXIT_BERTH),
+        }
+    }
+}
+
+fn child(
+    spec: &RunSpec,
+    lease: &KeeperLease,
+    mut timing: Timing,
+) -> Result<std::convert::Infallible> {
+    timing.mark("fork");
+    if let Some(userns) = &lease.userns {
+        rustix::thread::move_into_link_name_space(userns.as_fd(), Some(LinkNameSpaceType::User))
+            .map_err(|e| Error::Namespace(format!("join the keeper's user namespace: {e}")))?;
+    }
+    rustix::thread::move_into_link_name_space(lease.mntns.as_fd(), Some(LinkNameSpaceType::Mount))
+        .map_err(|e| Error::Namespace(format!("join the keeper's mount namespace: {e}")))?;
+    let mut flags = UnshareFlags::NEWNS;
+    if spec.pid_ns {
+        flags |= UnshareFlags::NEWPID;
+    }
+    if spec.net_none {
+        flags |= UnshareFlags::NEWNET;
+    }
+    sys::unshare(flags).map_err(|e| Error::Namespace(format!("unshare: {e}")))?;
+    if spec.net_none {
+        // An empty network namespace has only a downed loopback.
+        if let Err(e) = sys::loopback_up() {
+            tracing::warn!("cannot bring up the loopback interface: {e}");
+        }
+    }
+    timing.mark("namespace");
+    let mut watched: Vec<i32> = FORWARDED.to_vec();
+    watched.push(libc::SIGCHLD);
+    let set = SigSet::of(&watched);
+    if spec.pid_ns {
+        // The next child is PID 1 of the new namespace; we relay its status.
+        match sys::fork().map_err(|e| Error::Setup(format!("fork: {e}")))? {
+            Fork::Parent(init) => {
+                let exit = supervise(init, &set);
+                sys::exit_now(exit.as_code());
+            }
+            Fork::Child => {}
+        }
+    }
+    let plan = RootfsPlan {
+        image: &lease.image_mount(),
+        stage: &lease.stage(),
+        writable: spec.writable,
+        fresh_proc: spec.pid_ns,
+        binds: &spec.binds,
+        passwd_line: spec.passwd_line.clone(),
+        group_line: spec.group_line.clone(),
+        workdir: &spec.workdir,
+    };
+    rootfs::assemble(&plan)?;
+    timing.mark("mount");
+    std::env::set_current_dir(&spec.workdir).map_err(|e| {
+        Error::Setup(format!(
+            "working directory {:?} is not usable in the container: {e}",
+            spec.workdir
+        ))
+    })?;
+    if spec.mode == IdMode::Identity {
+        become_caller(spec.uid, spec.gid)?;
+    }
+    rustix::thread::set_no_new_privs(true)
+        .map_err(|e| Error::Setup(format!("no_new_privs: {e}")))?;
+    let program = resolve_command(&spec.argv[0], &spec.env, &spec.workdir);
+    let program = match program {
+        Ok(p) => p,
+        Err((code, msg)) => {
+            eprintln!("berth: error: {msg}");
+            sys::exit_now(code);
+        }
+    };
+    timing.mark("pivot");
+    if spec.pid_ns {
+        // PID 1 stays berth: it reaps orphans and forwards signals.
+        match sys::fork().map_err(|e| Error::Setup(format!("fork: {e}")))? {
+            Fork::Parent(command) => {
+                let _ = rustix::process::set_dumpable_behavior(
+                    rustix::process::DumpableBehavior::NotDumpable,
+                );
+                let exit = init_loop(command, &set);
+                sys::exit_now(exit.as_code());
+            }
+            Fork::Child => {}
+        }
+    }
+    timing.mark("exec");
+    timing.report();
+    sys::cloexec_all_but_stdio();
+    sys::reset_signals();
+    let err = std::process::Command::new(&program)
+        .arg0(&spec.argv[0])
+        .args(&spec.argv[1..])
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .exec();
+    let code = match err.raw_os_error() {
+        Some(libc::ENOENT) => EXIT_NOT_FOUND,
+        _ => EXIT_NOT_EXECUTABLE,
+    };
+    eprintln!("berth: error: cannot execute {}: {err}", program.display());
+    sys::exit_now(code)
+}
+
+/// Leaves root of the keeper's user namespace for the caller's own ids: a
+/// nested user namespace mapping `uid` to the outer root (which is the
+/// caller on the host). Capabilities go with it at `exec`.
+fn become_caller(uid: u32, gid: u32) -> Result<()> {
+    sys::unshare(UnshareFlags::NEWUSER)
+        .map_err(|e| Error::Namespace(format!("nested user namespace: {e}")))?;
+    let write = |path: &str, text: String| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))
+            .map_err(|e| Error::Namespace(format!("write {path}: {e}")))
+    };
+    write("/proc/self/setgroups", "deny".to_string())?;
+    write("/proc/self/uid_map", format!("{uid} 0 1\n"))?;
+    write("/proc/self/gid_map", format!("{gid} 0 1\n"))
+}
+
+/// Finds the command in the container, as a shell would: a name with a `/`
+/// is a path (relative to the working directory), anything else is searched
+/// in the container's PATH. Errors carry exit codes 127 and 126.
+fn resolve_command(
+    cmd: &str,
+    env: &[(String, String)],
+    workdir: &str,
+) -> Result<PathBuf, (i32, String)> {
+    let executable = |p: &Path| -> Option<bool> {
+        let m = std::fs::metadata(p).ok()?;
+        Some(m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if cmd.contains('/') {
+        let p = if cmd.starts_with('/') {
+            PathBuf::from(cmd)
+        } else {
+            Path::new(workdir).join(cmd)
+        };
+        return match executable(&p) {
+            Some(true) => Ok(p),
+            Some(false) => Err((
+                EXIT_NOT_EXECUTABLE,
+                format!("{cmd}: permission denied (not an executable file)"),
+            )),
+            None => Err((
+                EXIT_NOT_FOUND,
+                format!("{cmd}: no such file or directory in the container"),
+            )),
+        };
+    }
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str())
+        .unwrap_or(crate::semantics::DEFAULT_PATH);
+    let mut found_non_exec = None;
+    for dir in path.split(':').filter(|d| !d.is_empty()) {
+        let p = Path::new(dir).join(cmd);
+        match executable(&p) {
+            Some(true) => return Ok(p),
+            Some(false) => {
+                found_non_exec.get_or_insert(p);
+            }
+            None => {}
+        }
+    }
+    match found_non_exec {
+        Some(p) => Err((
+            EXIT_NOT_EXECUTABLE,
+            format!("{cmd}: {} is not executable", p.display()),
+        )),
+        None => Err((
+            EXIT_NOT_FOUND,
+            format!("{cmd}: command not found in the image (PATH={path})"),
+        )),
+    }
+}

@@ -1,0 +1,473 @@
+//! The image keeper: one process per (user, image, id mapping) on a node
+//! that holds a user namespace and a mount namespace in which the image's
+//! squashfs file is mounted read-only, served by `squashfuse_ll` (rootless)
+//! or a kernel loop mount (real root).
+//!
+//! A mount made afresh for every start costs about 25 ms plus cold
+//! decompression (../shared/notes: 28 to 33 ms for `true`, 108 to 133 ms for
+//! `python3 -c pass`); a mount that stays alive keeps its page cache and
+//! dentries. Runs join the keeper's namespaces with `setns` and make their
+//! own mount namespace from it, so `pivot_root` never moves the FUSE server.
+//!
+//! Lifetime: each run holds a shared `flock` on `users.lock` for as long as
+//! it lives; the keeper exits after `idle` seconds without users. Both sides
+//! decide under `keeper.lock`, so a run never joins a keeper that is leaving.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rustix::fs::{flock, FlockOperation};
+
+use crate::error::{Error, Result};
+use crate::sys;
+
+/// How container user ids map to the caller's.
+///
+/// The keeper's user namespace always maps the caller to root (0 -> U):
+/// setting up the container needs root's powers over the image's
+/// root-owned directories (creating mount points in them), which a user
+/// namespace grants only for mapped owners. An `Identity` container then
+/// enters a nested user namespace that maps the caller back to themself
+/// (U -> 0 -> U) just before `exec`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdMode {
+    /// The caller is themself inside.
+    Identity,
+    /// The caller is root inside (uid 0 maps to U), one id only.
+    FakeRoot,
+    /// The caller is real root: no user namespace.
+    HostRoot,
+}
+
+impl IdMode {
+    /// The keeper serving this mode (identity and fakeroot share one).
+    fn keeper_kind(self) -> &'static str {
+        match self {
+            IdMode::Identity | IdMode::FakeRoot => "user",
+            IdMode::HostRoot => "root",
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            IdMode::Identity => "identity",
+            IdMode::FakeRoot => "fakeroot",
+            IdMode::HostRoot => "root",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        match s {
+            "identity" => Some(IdMode::Identity),
+            "fakeroot" => Some(IdMode::FakeRoot),
+            "root" => Some(IdMode::HostRoot),
+            _ => None,
+        }
+    }
+}
+
+/// berth's per-user runtime directory on this node: `$XDG_RUNTIME_DIR/berth`
+/// or `/tmp/berth-UID`, created 0700 and refused if someone else owns it.
+pub fn state_dir() -> Result<PathBuf> {
+    let uid = rustix::process::getuid().as_raw();
+    let dir = match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+        Some(d) if Path::new(&d).is_dir() => PathBuf::from(d).join("berth"),
+        _ => std::env::temp_dir().join(format!("berth-{uid}")),
+    };
+    if !dir.exists() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| Error::io("create the runtime directory", &dir, e))?;
+    }
+    let meta = fs::symlink_metadata(&dir).map_err(|e| Error::io("inspect", &dir, e))?;
+    use std::os::unix::fs::MetadataExt;
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        return Err(Error::Setup(format!(
+            "runtime directory {} is not a private directory of yours (owner {}, mode {:o}); remove it or set XDG_RUNTIME_DIR",
+            dir.display(),
+            meta.uid(),
+            meta.mode() & 0o7777
+        )));
+    }
+    Ok(dir)
+}
+
+/// A live keeper a run is using; dropping it releases the run's share.
+pub struct KeeperLease {
+    /// The keeper's directory (its tmpfs is mounted at `mnt/` inside its namespace).
+    pub dir: PathBuf,
+    /// The keeper's pid.
+    pub pid: i32,
+    /// `/proc/PID/ns/user`, when the keeper has a user namespace.
+    pub userns: Option<OwnedFd>,
+    /// `/proc/PID/ns/mnt`.
+    pub mntns: OwnedFd,
+    _users: File,
+}
+
+impl KeeperLease {
+    /// Where the image is mounted, as seen inside the keeper's namespace.
+    pub fn image_mount(&self) -> PathBuf {
+        self.dir.join("mnt/image")
+    }
+
+    /// A scratch mount point for a run's own tmpfs.
+    pub fn stage(&self) -> PathBuf {
+        self.dir.join("mnt/stage")
+    }
+}
+
+fn open_lock(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| Error::io("open", path, e))
+}
+
+fn lock(f: &File, op: FlockOperation, path: &Path) -> Result<()> {
+    flock(f, op).map_err(|e| Error::io("lock", path, e.into()))
+}
+
+fn keeper_alive(dir: &Path) -> Option<i32> {
+    let pid: i32 = fs::read_to_string(dir.join("pid"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let text = String::from_utf8_lossy(&cmdline);
+    (text.contains("__keeper") && text.contains(&*dir.to_string_lossy())).then_some(pid)
+}
+
+fn open_ns(pid: i32, kind: &str) -> Result<OwnedFd> {
+    let p = format!("/proc/{pid}/ns/{kind}");
+    let f = File::open(&p).map_err(|e| Error::io("open", &p, e))?;
+    Ok(f.into())
+}
+
+/// Finds or starts the keeper of `image` for `mode` and takes a share in it.
+/// `berth_exe` is the binary to start it with (`berth __keeper ...`).
+pub fn acquire(
+    berth_exe: &Path,
+    image: &Path,
+    image_id: &str,
+    mode: IdMode,
+    idle: Duration,
+) -> Result<KeeperLease> {
+    let short = image_id.trim_start_matches("sha256:");
+    let short = &short[..short.len().min(16)];
+    let dir = state_dir()?
+        .join("keepers")
+        .join(format!("{short}-{}", mode.keeper_kind()));
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir.join("mnt"))
+        .map_err(|e| Error::io("create", &dir, e))?;
+    let keeper_lock_path = dir.join("keeper.lock");
+    let keeper_lock = open_lock(&keeper_lock_path)?;
+    lock(
+        &keeper_lock,
+        FlockOperation::LockExclusive,
+        &keeper_lock_path,
+    )?;
+    let pid = match keeper_alive(&dir) {
+        Some(pid) => pid,
+        None => start(berth_exe, &dir, image, mode, idle)?,
+    };
+    let users_path = dir.join("users.lock");
+    let users = open_lock(&users_path)?;
+    lock(&users, FlockOperation::LockShared, &users_path)?;
+    let userns = match mode {
+        IdMode::HostRoot => None,
+        IdMode::Identity | IdMode::FakeRoot => Some(open_ns(pid, "user")?),
+    };
+    let mntns = open_ns(pid, "mnt")?;
+    drop(keeper_lock);
+    Ok(KeeperLease {
+        dir,
+        pid,
+        userns,
+        mntns,
+        _users: users,
+    })
+}
+
+fn start(berth_exe: &Path, dir: &Path, image: &Path, mode: IdMode, idle: Duration) -> Result<i32> {
+    let log_path = dir.join("keeper.log");
+    let log = File::create(&log_path).map_err(|e| Error::io("create", &log_path, e))?;
+    let mut child = Command::new(berth_exe)
+        .arg("__keeper")
+        .arg(dir)
+        .arg(image)
+        .arg(mode.as_str())
+        .arg(idle.as_secs().to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log))
+        .env_remove("BERTH_TIMING")
+        .spawn()
+        .map_err(|e| Error::io("start the image keeper", berth_exe, e))?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| Error::Setup("keeper has no stdout".into()))?;
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .map_err(|e| Error::io("read from the keeper", dir, e))?;
+    if let Some(pid) = line.trim().strip_prefix("ready ") {
+        // The keeper detaches (setsid) and outlives this run: leave it be.
+        drop(child);
+        return pid
+            .parse()
+            .map_err(|_| Error::Setup(format!("keeper said {line:?}")));
+    }
+    let _ = child.wait();
+    let log = fs::read_to_string(&log_path).unwrap_or_default();
+    let msg = log
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("no message")
+        .to_string();
+    Err(Error::Mount(
+        msg.trim_start_matches("berth: error: ").to_string(),
+    ))
+}
+
+fn write_file(path: &str, text: &str) -> std::io::Result<()> {
+    fs::OpenOptions::new()
+        .write(true)
+        .open(path)?
+        .write_all(text.as_bytes())
+}
+
+/// Enters a new user namespace (unless `HostRoot`), mapping the caller to
+/// root, and a new mount namespace. Returns the (uid, gid) seen inside.
+pub fn enter_namespaces(mode: IdMode) -> Result<(u32, u32)> {
+    use rustix::thread::UnshareFlags;
+    let uid = rustix::process::getuid().as_raw();
+    let gid = rustix::process::getgid().as_raw();
+    match mode {
+        IdMode::HostRoot => {
+            sys::unshare(UnshareFlags::NEWNS)
+                .map_err(|e| Error::Namespace(format!("unshare(mount): {e}")))?;
+            // Mounts made here must not propagate back to the host.
+            sys::mount(
+                None,
+                Path::new("/"),
+                None,
+                libc::MS_REC | libc::MS_SLAVE,
+                None,
+            )
+            .map_err(|e| Error::Namespace(format!("make / a slave mount: {e}")))?;
+            Ok((uid, gid))
+        }
+        IdMode::Identity | IdMode::FakeRoot => {
+            sys::unshare(UnshareFlags::NEWUSER | UnshareFlags::NEWNS).map_err(|e| {
+                Error::Namespace(format!(
+                    "cannot create a user namespace ({e}); unprivileged user namespaces may be disabled: \
+                     ask your admin to set kernel.unprivileged_userns_clone=1 / user.max_user_namespaces > 0"
+                ))
+            })?;
+            let (inner_uid, inner_gid) = (0, 0);
+            write_file("/proc/self/setgroups", "deny")
+                .and_then(|_| write_file("/proc/self/uid_map", &format!("{inner_uid} {uid} 1\n")))
+                .and_then(|_| write_file("/proc/self/gid_map", &format!("{inner_gid} {gid} 1\n")))
+                .map_err(|e| Error::Namespace(format!("cannot write the id maps: {e}")))?;
+            Ok((inner_uid, inner_gid))
+        }
+    }
+}
+
+/// The keeper process (`berth __keeper DIR IMAGE MODE IDLE_SECS`). Prints
+/// `ready PID` on stdout once the image is mounted, then serves until idle.
+pub fn keeper_main(args: &[String]) -> i32 {
+    match keeper_run(args) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("berth: error: {e}");
+            1
+        }
+    }
+}
+
+fn keeper_run(args: &[String]) -> Result<()> {
+    let [dir, image, mode, idle] = args else {
+        return Err(Error::Setup(
+            "usage: berth __keeper DIR IMAGE MODE IDLE".into(),
+        ));
+    };
+    let dir = PathBuf::from(dir);
+    let image = PathBuf::from(image);
+    let mode = IdMode::parse(mode).ok_or_else(|| Error::Setup(format!("bad mode {mode}")))?;
+    let idle = Duration::from_secs(idle.parse().unwrap_or(30));
+    // Leave the caller's session: a Ctrl-C or hang-up of the terminal that
+    // started the first run must not take the mount from later runs.
+    let _ = rustix::process::setsid();
+    let image_file = File::open(&image).map_err(|e| Error::io("open the image", &image, e))?;
+    let (uid, gid) = enter_namespaces(mode)?;
+    let mnt = dir.join("mnt");
+    sys::mount(
+        Some(Path::new("berth")),
+        &mnt,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some("mode=0700"),
+    )
+    .map_err(|e| Error::Mount(format!("tmpfs on {}: {e}", mnt.display())))?;
+    let image_dir = mnt.join("image");
+    for d in ["image", "stage"] {
+        fs::create_dir(mnt.join(d)).map_err(|e| Error::io("create", mnt.join(d), e))?;
+    }
+    let mut server = match mode {
+        IdMode::HostRoot => {
+            let st = Command::new("mount")
+                .args(["-t", "squashfs", "-o", "loop,ro,nosuid,nodev"])
+                .arg(&image)
+                .arg(&image_dir)
+                .status()
+                .map_err(|e| Error::Mount(format!("cannot run mount(8): {e}")))?;
+            if !st.success() {
+                return Err(Error::Mount(format!(
+                    "mounting {} with a loop device failed",
+                    image.display()
+                )));
+            }
+            None
+        }
+        _ => Some(mount_fuse(&image, &image_file, &image_dir, uid, gid)?),
+    };
+    drop(image_file);
+    // The first request blocks until the server answers (or fails at once
+    // if it died): the mount is usable when this returns.
+    fs::metadata(image_dir.join("."))
+        .map_err(|e| Error::Mount(format!("the squashfs server did not come up: {e}")))?;
+    let pid = std::process::id();
+    fs::write(dir.join("pid"), format!("{pid}\n"))
+        .map_err(|e| Error::io("write", dir.join("pid"), e))?;
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "ready {pid}");
+        let _ = out.flush();
+    }
+    // Let the starter's read finish: stdout now goes nowhere.
+    if let Ok(null) = File::options().write(true).open("/dev/null") {
+        let _ = rustix::stdio::dup2_stdout(null.as_fd());
+    }
+    serve(&dir, idle, server.as_mut());
+    if let Some(mut s) = server {
+        sys::kill(s.id() as i32, libc::SIGTERM);
+        let _ = s.wait();
+    }
+    Ok(())
+}
+
+fn mount_fuse(
+    image: &Path,
+    image_file: &File,
+    target: &Path,
+    uid: u32,
+    gid: u32,
+) -> Result<std::process::Child> {
+    let fuse = File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .map_err(|e| {
+            let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
+                "; /dev/fuse must be mode 0666 (as distributions ship it): ask your admin"
+            } else if e.kind() == std::io::ErrorKind::NotFound {
+                "; load the fuse kernel module (modprobe fuse)"
+            } else {
+                ""
+            };
+            Error::Mount(format!("cannot open /dev/fuse: {e}{hint}"))
+        })?;
+    let opts = format!(
+        "fd={},rootmode=40000,user_id={uid},group_id={gid},allow_other",
+        fuse.as_raw_fd()
+    );
+    sys::mount(
+        Some(Path::new("berth-squashfs")),
+        target,
+        Some("fuse.squashfuse_ll"),
+        libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+        Some(&opts),
+    )
+    .map_err(|e| Error::Mount(format!("FUSE mount on {}: {e}", target.display())))?;
+    // squashfuse_ll takes the already mounted connection as /dev/fd/N.
+    rustix::io::fcntl_setfd(&fuse, rustix::io::FdFlags::empty())
+        .map_err(|e| Error::Mount(format!("fcntl: {e}")))?;
+    let _ = image_file;
+    let child = Command::new(squashfuse_path())
+        .arg("-f")
+        .arg(image)
+        .arg(format!("/dev/fd/{}", fuse.as_raw_fd()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .map_err(|e| {
+            Error::Mount(format!(
+                "cannot start {} ({e}): install squashfuse (Debian/Ubuntu: apt-get install squashfuse), or set BERTH_SQUASHFUSE",
+                squashfuse_path().display()
+            ))
+        })?;
+    // Our copy must go, so a dead server aborts the connection instead of
+    // hanging every request.
+    drop(fuse);
+    Ok(child)
+}
+
+fn squashfuse_path() -> PathBuf {
+    std::env::var_os("BERTH_SQUASHFUSE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("squashfuse_ll"))
+}
+
+fn serve(dir: &Path, idle: Duration, mut server: Option<&mut std::process::Child>) {
+    let keeper_lock_path = dir.join("keeper.lock");
+    let users_path = dir.join("users.lock");
+    let (Ok(keeper_lock), Ok(users)) = (open_lock(&keeper_lock_path), open_lock(&users_path))
+    else {
+        return;
+    };
+    let mut idle_since: Option<Instant> = None;
+    loop {
+        std::thread::sleep(Duration::from_millis(250));
+        if let Some(s) = server.as_deref_mut() {
+            if let Ok(Some(status)) = s.try_wait() {
+                eprintln!("berth: squashfuse_ll exited ({status})");
+                let _ = fs::remove_file(dir.join("pid"));
+                return;
+            }
+        }
+        if flock(&keeper_lock, FlockOperation::NonBlockingLockExclusive).is_err() {
+            continue; // A run is joining right now.
+        }
+        if flock(&users, FlockOperation::NonBlockingLockExclusive).is_ok() {
+            let since = *idle_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= idle {
+                let _ = fs::remove_file(dir.join("pid"));
+                let _ = flock(&users, FlockOperation::Unlock);
+                let _ = flock(&keeper_lock, FlockOperation::Unlock);
+                return;
+            }
+            let _ = flock(&users, FlockOperation::Unlock);
+        } else {
+            idle_since = None;
+        }
+        let _ = flock(&keeper_lock, FlockOperation::Unlock);
+    }
+}

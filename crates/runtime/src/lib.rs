@@ -1,0 +1,20 @@
+//! berth's rootless runtime.
+//!
+//! - [`semantics`]: Docker's ENTRYPOINT/CMD/ENV/WORKDIR rules (pure).
+//! - [`keeper`]: one long-lived image mount per user, image and id mapping
+//!   on a node, shared by runs (namespaces joined with `setns`).
+//! - [`rootfs`]: a container's root file system: overlay, /proc, /sys, /dev,
+//!   identity files, binds, `pivot_root`.
+//! - [`container`]: fork, namespaces, exec, exit codes and signals.
+//! - [`sys`]: the few raw system calls, each `unsafe` block explained.
+
+pub mod container;
+pub mod error;
+pub mod keeper;
+pub mod rootfs;
+pub mod semantics;
+pub mod sys;
+
+pub use container::{run, RunSpec};
+pub use error::{Error, Result};
+pub use keeper::{keeper_main, IdMode};

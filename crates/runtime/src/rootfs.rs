@@ -1,0 +1,445 @@
+//! Assembling a container's root file system inside its own mount namespace:
+//! an overlay whose lower layer is the keeper's read-only image mount and
+//! whose upper layer is a tmpfs (discarded with the container), then /proc,
+//! /sys, a minimal /dev, identity files and binds, then `pivot_root`.
+//!
+//! Without `--writable` the overlay is remounted read-only once the mount
+//! points exist: the upper layer only exists so that bind targets missing
+//! from the image can be created (shifter#231).
+//!
+//! Bind targets are resolved with `openat2(RESOLVE_IN_ROOT)` and mounted
+//! through `/proc/self/fd/N`, so a symlink in the image cannot redirect a
+//! mount onto the host (the runc CVE-2021-30465 family).
+
+use std::fs;
+use std::io::Write;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{openat2, Mode, OFlags, ResolveFlags};
+
+use crate::error::{Error, Result};
+use crate::sys;
+
+/// One bind mount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bind {
+    /// Host path.
+    pub source: PathBuf,
+    /// Path inside the container.
+    pub target: String,
+    /// Read-only.
+    pub readonly: bool,
+    /// How the user wrote it, for messages.
+    pub spec: String,
+}
+
+/// What the root file system needs.
+pub struct RootfsPlan<'a> {
+    /// The keeper's image mount.
+    pub image: &'a Path,
+    /// An empty directory to mount the run's tmpfs on.
+    pub stage: &'a Path,
+    /// Keep the overlay writable.
+    pub writable: bool,
+    /// Mount a fresh /proc (the run has its own PID namespace).
+    pub fresh_proc: bool,
+    /// Binds in mount order.
+    pub binds: &'a [Bind],
+    /// `/etc/passwd` line for the user, if the image lacks one.
+    pub passwd_line: Option<String>,
+    /// `/etc/group` line for the user's group, if the image lacks one.
+    pub group_line: Option<String>,
+    /// The working directory to create if missing.
+    pub workdir: &'a str,
+}
+
+const DEV_NODES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+
+fn mount_err(what: &str, target: &Path, e: std::io::Error) -> Error {
+    Error::Mount(format!("{what} on {}: {e}", target.display()))
+}
+
+fn fd_path(fd: &OwnedFd) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
+/// Which kind of mount point to create when missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetKind {
+    /// A directory.
+    Dir,
+    /// A regular file (for binds of files).
+    File,
+}
+
+/// Resolves `path` inside `root` (symlinks stay inside), creating missing
+/// components; returns an `O_PATH` descriptor of the target.
+pub fn resolve_target(root: &OwnedFd, path: &str, kind: TargetKind) -> Result<OwnedFd> {
+    let comps: Vec<&str> = path
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect();
+    if comps.contains(&"..") {
+        return Err(Error::Usage(format!(
+            "container path {path:?} must not contain `..`"
+        )));
+    }
+    let how = ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS;
+    let open = |rel: &str| {
+        openat2(
+            root.as_fd(),
+            rel,
+            OFlags::PATH | OFlags::CLOEXEC,
+            Mode::empty(),
+            how,
+        )
+    };
+    if comps.is_empty() {
+        return open(".").map_err(|e| Error::Mount(format!("open the container root: {e}")));
+    }
+    let mut parent =
+        open(".").map_err(|e| Error::Mount(format!("open the container root: {e}")))?;
+    for (i, comp) in comps.iter().enumerate() {
+        let prefix = comps[..=i].join("/");
+        match open(&prefix) {
+            Ok(fd) => parent = fd,
+            Err(rustix::io::Errno::NOENT) => {
+                let last = i + 1 == comps.len();
+                // Create in the resolved parent (a real directory inside root).
+                let dirfd = openat2(
+                    root.as_fd(),
+                    if i == 0 {
+                        "."
+                    } else {
+                        &prefix[..prefix.len() - comp.len() - 1]
+                    },
+                    OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                    how,
+                )
+                .map_err(|e| Error::Mount(format!("resolve the parent of {path:?}: {e}")))?;
+                let created = if last && kind == TargetKind::File {
+                    rustix::fs::openat(
+                        &dirfd,
+                        *comp,
+                        OFlags::CREATE | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                        Mode::from_raw_mode(0o644),
+                    )
+                    .map(drop)
+                } else {
+                    rustix::fs::mkdirat(&dirfd, *comp, Mode::from_raw_mode(0o755))
+                };
+                match created {
+                    Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                    Err(rustix::io::Errno::ROFS) => {
+                        return Err(Error::Mount(format!(
+                            "{path:?} does not exist in the image and the image is read-only here"
+                        )))
+                    }
+                    Err(e) => {
+                        return Err(Error::Mount(format!("create mount point {path:?}: {e}")))
+                    }
+                }
+                parent = open(&prefix)
+                    .map_err(|e| Error::Mount(format!("open mount point {path:?}: {e}")))?;
+            }
+            Err(e) => return Err(Error::Mount(format!("resolve {path:?} in the image: {e}"))),
+        }
+    }
+    Ok(parent)
+}
+
+/// Mount flags that a bind must keep: those of the source mount that a
+/// user namespace may not clear (locked flags), plus nosuid and nodev.
+fn locked_flags(path: &Path) -> libc::c_ulong {
+    let mut flags = libc::MS_NOSUID | libc::MS_NODEV;
+    if let Ok(st) = rustix::fs::statvfs(path) {
+        use rustix::fs::StatVfsMountFlags as F;
+        let f = st.f_flag;
+        for (st_flag, ms) in [
+            (F::RDONLY, libc::MS_RDONLY),
+            (F::NOEXEC, libc::MS_NOEXEC),
+            (F::NOATIME, libc::MS_NOATIME),
+            (F::NODIRATIME, libc::MS_NODIRATIME),
+            (F::RELATIME, libc::MS_RELATIME),
+        ] {
+            if f.contains(st_flag) {
+                flags |= ms;
+            }
+        }
+    }
+    flags
+}
+
+/// Binds `source` onto `target` inside `root`, then applies nosuid, nodev
+/// and read-only as asked. The remount goes through a fresh resolution: the
+/// descriptor used for the bind still names the directory under the mount.
+fn bind(
+    source: &Path,
+    root: &OwnedFd,
+    target: &str,
+    kind: TargetKind,
+    readonly: bool,
+    recursive: bool,
+) -> Result<()> {
+    let under = resolve_target(root, target, kind)?;
+    let t = fd_path(&under);
+    let rec = if recursive { libc::MS_REC } else { 0 };
+    sys::mount(Some(source), &t, None, libc::MS_BIND | rec, None)
+        .map_err(|e| mount_err(&format!("bind {}", source.display()), Path::new(target), e))?;
+    drop(under);
+    let on_top = resolve_target(root, target, kind)?;
+    let mut flags = libc::MS_REMOUNT | libc::MS_BIND | locked_flags(source);
+    if readonly {
+        flags |= libc::MS_RDONLY;
+    }
+    sys::mount(None, &fd_path(&on_top), None, flags, None)
+        .map_err(|e| mount_err("remount bind", Path::new(target), e))
+}
+
+fn write_file(path: &Path, text: &str) -> Result<()> {
+    let mut f = fs::File::create(path).map_err(|e| Error::io("write", path, e))?;
+    f.write_all(text.as_bytes())
+        .map_err(|e| Error::io("write", path, e))
+}
+
+/// Identity files: the image's file plus our line, when it lacks one.
+fn identity_file(
+    image: &Path,
+    name: &str,
+    line: &Option<String>,
+    stage: &Path,
+) -> Result<Option<PathBuf>> {
+    let Some(line) = line else { return Ok(None) };
+    let fields: Vec<&str> = line.split(':').collect();
+    let (our_name, our_id) = (
+        fields.first().copied().unwrap_or(""),
+        fields.get(2).copied().unwrap_or(""),
+    );
+    let existing = fs::read_to_string(image.join("etc").join(name)).unwrap_or_default();
+    // Our entry replaces any with the same name or id, so `id` and `whoami`
+    // show the caller's name.
+    let mut text: String = existing
+        .lines()
+        .filter(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            !(f.first() == Some(&our_name) || f.get(2) == Some(&our_id))
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    text.push_str(line);
+    text.push('\n');
+    let out = stage.join(name);
+    write_file(&out, &text)?;
+    Ok(Some(out))
+}
+
+/// Builds the root file system and pivots into it. Runs in the container's
+/// fresh mount namespace.
+pub fn assemble(plan: &RootfsPlan<'_>) -> Result<()> {
+    // Nothing mounted from here on may propagate to the keeper or the host.
+    sys::mount(
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_SLAVE,
+        None,
+    )
+    .map_err(|e| mount_err("make rslave", Path::new("/"), e))?;
+    let stage = plan.stage;
+    sys::mount(
+        Some(Path::new("berth")),
+        stage,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some("mode=0755"),
+    )
+    .map_err(|e| mount_err("tmpfs", stage, e))?;
+    for d in ["upper", "work", "root"] {
+        fs::create_dir(stage.join(d)).map_err(|e| Error::io("create", stage.join(d), e))?;
+    }
+    let root = stage.join("root");
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        plan.image.display(),
+        stage.join("upper").display(),
+        stage.join("work").display()
+    );
+    sys::mount(
+        Some(Path::new("berth")),
+        &root,
+        Some("overlay"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some(&opts),
+    )
+    .map_err(|e| mount_err("overlay", &root, e))?;
+    let root_fd: OwnedFd = fs::File::open(&root)
+        .map_err(|e| Error::io("open", &root, e))?
+        .into();
+
+    // /proc and /sys.
+    let proc_t = resolve_target(&root_fd, "/proc", TargetKind::Dir)?;
+    if plan.fresh_proc {
+        let t = fd_path(&proc_t);
+        sys::mount(
+            Some(Path::new("proc")),
+            &t,
+            Some("proc"),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            None,
+        )
+        .map_err(|e| mount_err("proc", &t, e))?;
+    } else {
+        drop(proc_t);
+        bind(
+            Path::new("/proc"),
+            &root_fd,
+            "/proc",
+            TargetKind::Dir,
+            false,
+            true,
+        )?;
+    }
+    bind(
+        Path::new("/sys"),
+        &root_fd,
+        "/sys",
+        TargetKind::Dir,
+        true,
+        true,
+    )?;
+
+    // A minimal /dev: a tmpfs with the host's harmless nodes bound in (a
+    // rootless process cannot mknod), a private devpts, and a shared /dev/shm
+    // (MPI ranks in different containers use it to talk).
+    let dev_t = resolve_target(&root_fd, "/dev", TargetKind::Dir)?;
+    let dev = fd_path(&dev_t);
+    sys::mount(
+        Some(Path::new("berth-dev")),
+        &dev,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        Some("mode=0755,size=64k"),
+    )
+    .map_err(|e| mount_err("tmpfs", &dev, e))?;
+    // Re-resolve: the tmpfs now covers the old /dev.
+    let dev_t = resolve_target(&root_fd, "/dev", TargetKind::Dir)?;
+    for node in DEV_NODES {
+        let host = Path::new("/dev").join(node);
+        if !host.exists() {
+            continue;
+        }
+        let t = resolve_target(&root_fd, &format!("/dev/{node}"), TargetKind::File)?;
+        let tp = fd_path(&t);
+        sys::mount(Some(&host), &tp, None, libc::MS_BIND, None)
+            .map_err(|e| mount_err("bind", &host, e))?;
+    }
+    let pts = resolve_target(&root_fd, "/dev/pts", TargetKind::Dir)?;
+    let pts_p = fd_path(&pts);
+    if sys::mount(
+        Some(Path::new("devpts")),
+        &pts_p,
+        Some("devpts"),
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        Some("newinstance,ptmxmode=0666,mode=0620"),
+    )
+    .is_ok()
+    {
+        let _ = rustix::fs::symlinkat("pts/ptmx", &dev_t, "ptmx");
+    }
+    for (link, to) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        let _ = rustix::fs::symlinkat(to, &dev_t, link);
+    }
+    if Path::new("/dev/shm").is_dir() {
+        bind(
+            Path::new("/dev/shm"),
+            &root_fd,
+            "/dev/shm",
+            TargetKind::Dir,
+            false,
+            false,
+        )?;
+    }
+    let mqueue = Path::new("/dev/mqueue");
+    if mqueue.is_dir() {
+        let _ = bind(
+            mqueue,
+            &root_fd,
+            "/dev/mqueue",
+            TargetKind::Dir,
+            false,
+            false,
+        );
+    }
+
+    // Identity and name resolution.
+    let etc_files: Vec<(String, PathBuf)> = [
+        (
+            "passwd",
+            identity_file(plan.image, "passwd", &plan.passwd_line, stage)?,
+        ),
+        (
+            "group",
+            identity_file(plan.image, "group", &plan.group_line, stage)?,
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(n, p)| p.map(|p| (format!("/etc/{n}"), p)))
+    .chain(
+        ["/etc/resolv.conf", "/etc/hosts"]
+            .into_iter()
+            .filter(|p| Path::new(p).exists())
+            .map(|p| (p.to_string(), PathBuf::from(p))),
+    )
+    .collect();
+    for (target, source) in &etc_files {
+        bind(source, &root_fd, target, TargetKind::File, true, false)?;
+    }
+
+    // The working directory exists (Docker creates a missing WORKDIR).
+    if plan.workdir != "/" && !plan.binds.iter().any(|b| b.target == plan.workdir) {
+        let _ = resolve_target(&root_fd, plan.workdir, TargetKind::Dir);
+    }
+
+    // User binds, parents first.
+    for b in plan.binds {
+        let kind = if fs::metadata(&b.source).map(|m| m.is_dir()).unwrap_or(true) {
+            TargetKind::Dir
+        } else {
+            TargetKind::File
+        };
+        bind(&b.source, &root_fd, &b.target, kind, b.readonly, true).map_err(|e| Error::Bind {
+            spec: b.spec.clone(),
+            reason: e.to_string(),
+        })?;
+    }
+
+    if !plan.writable {
+        sys::mount(
+            None,
+            &root,
+            None,
+            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+            None,
+        )
+        .map_err(|e| mount_err("remount read-only", &root, e))?;
+    }
+    drop(root_fd);
+    pivot(&root)
+}
+
+/// `pivot_root` into `root` and detach the old root, without a directory
+/// for it: pivot_root(".", ".") stacks the old root on the new one.
+fn pivot(root: &Path) -> Result<()> {
+    std::env::set_current_dir(root).map_err(|e| Error::io("enter", root, e))?;
+    rustix::process::pivot_root(".", ".").map_err(|e| Error::Mount(format!("pivot_root: {e}")))?;
+    sys::umount(Path::new("."), libc::MNT_DETACH)
+        .map_err(|e| Error::Mount(format!("detach the old root: {e}")))?;
+    std::env::set_current_dir("/").map_err(|e| Error::io("enter", "/", e))
+}

@@ -1,0 +1,351 @@
+//! Thin wrappers around the system calls `rustix` does not cover safely:
+//! fork, signal masks and waiting. Every `unsafe` block of the crate lives
+//! here, each with its reason.
+
+use std::io;
+
+/// The result of [`fork`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fork {
+    /// In the parent: the child's pid.
+    Parent(libc::pid_t),
+    /// In the child.
+    Child,
+}
+
+/// `fork(2)`.
+///
+/// Callers must be single-threaded (berth's run path is: it forks before
+/// starting any thread), so the child may allocate and run ordinary Rust.
+pub fn fork() -> io::Result<Fork> {
+    // SAFETY: fork has no memory-safety preconditions of its own; the
+    // hazard of forking a multi-threaded process (locks held by other
+    // threads) does not arise because callers are single-threaded.
+    let pid = unsafe { libc::fork() };
+    match pid {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(Fork::Child),
+        p => Ok(Fork::Parent(p)),
+    }
+}
+
+/// Unshares namespaces of the calling thread.
+pub fn unshare(flags: rustix::thread::UnshareFlags) -> io::Result<()> {
+    // SAFETY: unshare is unsafe in rustix because CLONE_FILES/CLONE_FS can
+    // break invariants of other threads; berth calls it single-threaded and
+    // never with CLONE_FILES.
+    unsafe { rustix::thread::unshare_unsafe(flags) }.map_err(io::Error::from)
+}
+
+/// A set of signals.
+pub struct SigSet(libc::sigset_t);
+
+impl SigSet {
+    /// The set of `signals`.
+    pub fn of(signals: &[i32]) -> Self {
+        // SAFETY: sigemptyset/sigaddset initialise and fill a local sigset_t.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for s in signals {
+                libc::sigaddset(&mut set, *s);
+            }
+            SigSet(set)
+        }
+    }
+}
+
+/// Blocks (`block = true`) or unblocks the signals of `set` for the thread.
+pub fn mask(set: &SigSet, block: bool) -> io::Result<()> {
+    let how = if block {
+        libc::SIG_BLOCK
+    } else {
+        libc::SIG_UNBLOCK
+    };
+    // SAFETY: pthread_sigmask reads a valid sigset_t; the old mask is not needed.
+    let rc = unsafe { libc::pthread_sigmask(how, &set.0, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// A received signal: number and whether a process sent it explicitly
+/// (`kill`, `sigqueue`) rather than the kernel or the terminal.
+#[derive(Debug, Clone, Copy)]
+pub struct Received {
+    /// Signal number.
+    pub signo: i32,
+    /// Sent by `kill(2)`/`sigqueue(3)`.
+    pub from_process: bool,
+}
+
+/// Waits for one of the (blocked) signals of `set`.
+pub fn wait_signal(set: &SigSet) -> io::Result<Received> {
+    loop {
+        // SAFETY: sigwaitinfo fills a zeroed siginfo_t we own.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `set` is a valid sigset_t and `info` a valid out pointer.
+        let rc = unsafe { libc::sigwaitinfo(&set.0, &mut info) };
+        if rc == -1 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        return Ok(Received {
+            signo: rc,
+            from_process: info.si_code == libc::SI_USER || info.si_code == libc::SI_QUEUE,
+        });
+    }
+}
+
+/// How a child ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Exited with a code.
+    Code(i32),
+    /// Killed by a signal.
+    Signal(i32),
+}
+
+impl Exit {
+    /// The shell's convention: the code, or 128 + the signal number.
+    pub fn as_code(self) -> i32 {
+        match self {
+            Exit::Code(c) => c,
+            Exit::Signal(s) => 128 + s,
+        }
+    }
+}
+
+/// Waits for `pid` (any child with `-1`); `None` with `nohang` when none ended.
+pub fn wait(pid: libc::pid_t, nohang: bool) -> io::Result<Option<(libc::pid_t, Exit)>> {
+    let mut status = 0;
+    loop {
+        let flags = if nohang { libc::WNOHANG } else { 0 };
+        // SAFETY: waitpid writes the status into a local integer.
+        let rc = unsafe { libc::waitpid(pid, &mut status, flags) };
+        if rc == -1 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if rc == 0 {
+            return Ok(None);
+        }
+        let exit = if libc::WIFEXITED(status) {
+            Exit::Code(libc::WEXITSTATUS(status))
+        } else if libc::WIFSIGNALED(status) {
+            Exit::Signal(libc::WTERMSIG(status))
+        } else {
+            continue;
+        };
+        return Ok(Some((rc, exit)));
+    }
+}
+
+/// Sends `signo` to `pid`; a vanished process is not an error.
+pub fn kill(pid: libc::pid_t, signo: i32) {
+    // SAFETY: kill has no memory effects.
+    unsafe {
+        libc::kill(pid, signo);
+    }
+}
+
+/// Ends the calling process at once with `code` (no destructors, no stdio
+/// flushing): for forked children whose parent owns those resources.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit never returns and touches no Rust state.
+    unsafe { libc::_exit(code) }
+}
+
+/// Restores the default disposition of every signal and the empty mask, so
+/// the container's command starts as a freshly started process would.
+pub fn reset_signals() {
+    for signo in 1..32 {
+        if signo == libc::SIGKILL || signo == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: SIG_DFL is always a valid disposition.
+        unsafe {
+            libc::signal(signo, libc::SIG_DFL);
+        }
+    }
+    let _ = mask(&SigSet::of(&(1..65).collect::<Vec<i32>>()), false);
+}
+
+fn cstr(s: &std::ffi::OsStr) -> io::Result<std::ffi::CString> {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(s.as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+}
+
+/// `mount(2)` with raw flags; `None` arguments pass NULL.
+pub fn mount(
+    source: Option<&std::path::Path>,
+    target: &std::path::Path,
+    fstype: Option<&str>,
+    flags: libc::c_ulong,
+    data: Option<&str>,
+) -> io::Result<()> {
+    let source = source.map(|s| cstr(s.as_os_str())).transpose()?;
+    let target = cstr(target.as_os_str())?;
+    let fstype = fstype.map(|s| cstr(std::ffi::OsStr::new(s))).transpose()?;
+    let data = data.map(|s| cstr(std::ffi::OsStr::new(s))).transpose()?;
+    let ptr = |c: &Option<std::ffi::CString>| c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+    // SAFETY: every pointer is NULL or a NUL-terminated string that lives
+    // until the call returns.
+    let rc = unsafe {
+        libc::mount(
+            ptr(&source),
+            target.as_ptr(),
+            ptr(&fstype),
+            flags,
+            ptr(&data) as *const libc::c_void,
+        )
+    };
+    if rc == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `umount2(2)`.
+pub fn umount(target: &std::path::Path, flags: libc::c_int) -> io::Result<()> {
+    let target = cstr(target.as_os_str())?;
+    // SAFETY: target is a valid NUL-terminated string.
+    let rc = unsafe { libc::umount2(target.as_ptr(), flags) };
+    if rc == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A user database entry, looked up through NSS (so LDAP/SSSD users of a
+/// cluster are found, not only /etc/passwd).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Passwd {
+    /// Login name.
+    pub name: String,
+    /// GECOS field.
+    pub gecos: String,
+    /// Home directory.
+    pub home: String,
+}
+
+/// `getpwuid_r(3)`.
+pub fn getpwuid(uid: u32) -> Option<Passwd> {
+    let mut buf = vec![0u8; 16384];
+    // SAFETY: a zeroed passwd is a valid out value for getpwuid_r.
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut result: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: buffers are valid for their lengths; on success `result`
+    // points to `pwd`, whose strings point into `buf`.
+    let rc = unsafe {
+        libc::getpwuid_r(
+            uid,
+            &mut pwd,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            &mut result,
+        )
+    };
+    if rc != 0 || result.is_null() {
+        return None;
+    }
+    let s = |p: *const libc::c_char| {
+        if p.is_null() {
+            String::new()
+        } else {
+            // SAFETY: getpwuid_r stored NUL-terminated strings inside `buf`.
+            unsafe { std::ffi::CStr::from_ptr(p) }
+                .to_string_lossy()
+                .into_owned()
+        }
+    };
+    Some(Passwd {
+        name: s(pwd.pw_name),
+        gecos: s(pwd.pw_gecos),
+        home: s(pwd.pw_dir),
+    })
+}
+
+/// `getgrgid_r(3)`: the group's name.
+pub fn group_name(gid: u32) -> Option<String> {
+    let mut buf = vec![0u8; 65536];
+    // SAFETY: a zeroed group is a valid out value for getgrgid_r.
+    let mut grp: libc::group = unsafe { std::mem::zeroed() };
+    let mut result: *mut libc::group = std::ptr::null_mut();
+    // SAFETY: as in getpwuid.
+    let rc = unsafe {
+        libc::getgrgid_r(
+            gid,
+            &mut grp,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            &mut result,
+        )
+    };
+    if rc != 0 || result.is_null() || grp.gr_name.is_null() {
+        return None;
+    }
+    // SAFETY: gr_name is a NUL-terminated string inside `buf`.
+    Some(
+        unsafe { std::ffi::CStr::from_ptr(grp.gr_name) }
+            .to_string_lossy()
+            .into_owned(),
+    )
+}
+
+/// Marks every descriptor above 2 close-on-exec, so nothing berth opened
+/// reaches the container's command (CVE-2024-21626 leaked a directory fd).
+pub fn cloexec_all_but_stdio() {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<i32> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+        .filter(|fd| *fd > 2)
+        .collect();
+    for fd in fds {
+        // SAFETY: F_SETFD on a descriptor number only changes its flags;
+        // an already closed number fails harmlessly with EBADF.
+        unsafe {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+    }
+}
+
+/// Brings the loopback interface of the current network namespace up.
+pub fn loopback_up() -> io::Result<()> {
+    // SAFETY: socket() has no memory effects; the descriptor is owned below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor we own.
+    let sock = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    // SAFETY: a zeroed ifreq is valid; we fill the name and flags fields.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (i, b) in b"lo\0".iter().enumerate() {
+        req.ifr_name[i] = *b as libc::c_char;
+    }
+    use std::os::fd::AsRawFd;
+    // SAFETY: SIOCGIFFLAGS reads into `req`, a valid ifreq.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the flags member of the union was just filled by the kernel.
+    unsafe {
+        req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+    }
+    // SAFETY: SIOCSIFFLAGS reads a valid ifreq.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -34,7 +34,7 @@ REPO=berth-test
 
 PACKAGES=(squashfs-tools-ng squashfs-tools skopeo umoci docker-registry
           apache2-utils busybox-static zstd squashfuse fuse3 jq python3
-          curl gzip)
+          curl gzip debootstrap podman runc uidmap catatonit)
 
 die() { echo "setup.sh: ERROR: $*" >&2; exit 1; }
 trap 'echo "setup.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
@@ -254,6 +254,33 @@ log "multiarch: $(jq -r '.mediaType + " [" + ([.manifests[].platform |
     | join(", ")) + "]"' "$TMP_MAN")"
 rm -f "$TMP_MAN"
 
+# The Debian + python3 image for the runtime tests (debootstrap, cached).
+"$HERE/debian_image.sh" "$REG_ANON" || die "building the Debian test image failed"
+
+# Rootless podman for the test user, to compare Docker semantics with
+# (see ../shared/notes: no systemd, so cgroupfs and file events; host
+# network; the loopback registry is plain HTTP). Its state stays under
+# $BERTH_IT_DIR/podman.
+PODMAN_HOME=$BERTH_IT_DIR/podman
+rm -rf "$PODMAN_HOME"
+install -d -m 0700 -o "$TEST_USER" -g "$TEST_USER" "$PODMAN_HOME" "$PODMAN_HOME/runtime" \
+    "$PODMAN_HOME/data" "$PODMAN_HOME/config" "$PODMAN_HOME/config/containers"
+cat > "$PODMAN_HOME/config/containers/containers.conf" <<EOF
+[containers]
+netns = "host"
+[engine]
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+runtime = "runc"
+EOF
+cat > "$PODMAN_HOME/config/containers/registries.conf" <<EOF
+unqualified-search-registries = []
+[[registry]]
+location = "$REG_ANON"
+insecure = true
+EOF
+chown -R "$TEST_USER:$TEST_USER" "$PODMAN_HOME"
+
 # --------------------------------------------------------------------------
 # Environment for the tests
 # --------------------------------------------------------------------------
@@ -267,6 +294,7 @@ BERTH_IT_USER=$TEST_USER
 BERTH_IT_FIXTURES=$FIXTURES
 BERTH_IT_REG_ANON_STORAGE=$REG_DIR/anon/storage
 BERTH_IT_REG_AUTH_STORAGE=$REG_DIR/auth/storage
+BERTH_IT_PODMAN_HOME=$PODMAN_HOME
 EOF
 chmod 0644 "$BERTH_IT_DIR/env.tmp"
 mv "$BERTH_IT_DIR/env.tmp" "$BERTH_IT_DIR/env"

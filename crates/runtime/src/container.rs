@@ -246,8 +246,12 @@ fn child(
             spec.workdir
         ))
     })?;
-    if spec.mode == IdMode::Identity {
-        become_caller(spec.uid, spec.gid)?;
+    match spec.mode {
+        IdMode::Identity => become_caller(spec.uid, spec.gid)?,
+        // Real root has real capabilities: keep Docker's default set only.
+        IdMode::HostRoot => sys::restrict_bounding_set(sys::ROOT_KEEPS)
+            .map_err(|e| Error::Setup(format!("drop capabilities: {e}")))?,
+        IdMode::FakeRoot => {}
     }
     rustix::thread::set_no_new_privs(true)
         .map_err(|e| Error::Setup(format!("no_new_privs: {e}")))?;

@@ -411,7 +411,11 @@ fn mount_fuse(
     rustix::io::fcntl_setfd(&fuse, rustix::io::FdFlags::empty())
         .map_err(|e| Error::Mount(format!("fcntl: {e}")))?;
     let _ = image_file;
-    let child = Command::new(squashfuse_path())
+    let mut cmd = Command::new(squashfuse_path());
+    // If the keeper dies, however, the server must go too: it lives in the
+    // keeper's mount namespace and would otherwise keep it (and itself) alive.
+    sys::kill_with_parent(&mut cmd, rustix::process::Signal::TERM);
+    let child = cmd
         .arg("-f")
         .arg(image)
         .arg(format!("/dev/fd/{}", fuse.as_raw_fd()))

@@ -349,3 +349,54 @@ pub fn loopback_up() -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Makes `cmd`'s process receive `signal` when its parent (the caller)
+/// dies, so a helper never outlives the process that owns it.
+pub fn kill_with_parent(cmd: &mut std::process::Command, signal: rustix::process::Signal) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs between fork and exec and only calls
+    // prctl(PR_SET_PDEATHSIG), which is async-signal-safe and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::process::set_parent_process_death_signal(Some(signal)).map_err(io::Error::from)
+        });
+    }
+}
+
+/// Capabilities a container of real root keeps (Docker's default set);
+/// every other one leaves the bounding set, so `exec` cannot grant it.
+pub const ROOT_KEEPS: &[u32] = &[
+    0,  // CHOWN
+    1,  // DAC_OVERRIDE
+    3,  // FOWNER
+    4,  // FSETID
+    5,  // KILL
+    6,  // SETGID
+    7,  // SETUID
+    8,  // SETPCAP
+    10, // NET_BIND_SERVICE
+    13, // NET_RAW
+    18, // SYS_CHROOT
+    27, // MKNOD
+    29, // AUDIT_WRITE
+    31, // SETFCAP
+];
+
+/// Drops every capability not in `keep` from the bounding set.
+pub fn restrict_bounding_set(keep: &[u32]) -> io::Result<()> {
+    let last: u32 = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(40);
+    for cap in 0..=last {
+        if keep.contains(&cap) {
+            continue;
+        }
+        // SAFETY: PR_CAPBSET_DROP takes a capability number and no pointers.
+        let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+        if rc == -1 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}

@@ -235,10 +235,11 @@ fn start(
         .as_ref()
         .map(|p| p.name.clone())
         .unwrap_or_else(|| format!("u{uid}"));
-    let home = pw
-        .as_ref()
-        .map(|p| PathBuf::from(&p.home))
-        .or_else(|| std::env::var_os("HOME").map(PathBuf::from));
+    // $HOME as the caller has it, else the user database's.
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|h| h.is_absolute())
+        .or_else(|| pw.as_ref().map(|p| PathBuf::from(&p.home)));
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
 
     for f in &c.env_file {

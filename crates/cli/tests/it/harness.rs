@@ -178,6 +178,8 @@ impl Sandbox {
                 "BERTH_SYSTEM_CONFIG",
                 self.dir.path().join("no-site-config.toml"),
             )
+            // Keepers of finished tests go away quickly.
+            .env("BERTH_KEEPER_IDLE", "1")
             .current_dir(self.dir.path());
         for (k, v) in &self.extra_env {
             c.env(k, v);
@@ -198,6 +200,26 @@ impl Sandbox {
     pub fn pull(&self, name: &str) -> Out {
         let r = format!("{}/berth-test/{name}", self.env.anon());
         self.run(&["pull", "--tls-verify=false", &r]).ok()
+    }
+
+    /// A `podman` command run as the test user, with the fixture's podman
+    /// state; `None` when the fixture has no podman.
+    pub fn podman(&self, args: &[&str]) -> Option<Out> {
+        let home = self.env.vars.get("BERTH_IT_PODMAN_HOME")?;
+        let home = Path::new(home);
+        let mut c = Command::new("podman");
+        c.args(args)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+            .env("HOME", self.home())
+            .env("XDG_CONFIG_HOME", home.join("config"))
+            .env("XDG_DATA_HOME", home.join("data"))
+            .env("XDG_RUNTIME_DIR", home.join("runtime"))
+            .current_dir(self.dir.path());
+        if let Some((uid, gid, _)) = &self.env.user {
+            c.uid(*uid).gid(*gid);
+        }
+        Some(Out(c.output().unwrap()))
     }
 
     /// The squashfs file of an image, from `berth inspect`.

@@ -9,3 +9,4 @@ mod image_import;
 mod image_pull;
 mod image_safety;
 mod image_store;
+mod runtime_run;

@@ -4,12 +4,13 @@
 #   sudo bash examples/quickstart.sh     (root installs packages; then as you: bash examples/quickstart.sh)
 #
 # Installs what is missing (as root), builds berth, builds the bundled
-# example image (examples/hello) as an OCI layout, imports it into a store
-# and shows what berth stored. No network beyond Debian's package mirrors.
+# example image (examples/hello) as an OCI layout, imports it into a store,
+# shows what berth stored and runs it. No network beyond Debian's package
+# mirrors.
 set -Eeuo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-PACKAGES=(squashfs-tools-ng squashfs-tools umoci busybox-static file)
+PACKAGES=(squashfs-tools-ng squashfs-tools squashfuse fuse3 umoci busybox-static file)
 missing=()
 for p in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null | grep -q '^installed$' || missing+=("$p")
@@ -36,3 +37,7 @@ bash examples/hello/build.sh "$WORK/hello-oci"
 echo
 echo "The image is one squashfs file; its contents:"
 rdsquashfs -l / "$("$BERTH" inspect hello | sed -n 's/.*"path": "\(.*\.sqfs\)".*/\1/p')" | head -20
+echo
+echo "Running it:"
+"$BERTH" run hello
+"$BERTH" run hello /bin/sh -c 'echo "args work too: $GREETING"'

@@ -275,19 +275,103 @@ pub fn enter_namespaces(mode: IdMode) -> Result<(u32, u32)> {
             Ok((uid, gid))
         }
         IdMode::Identity | IdMode::FakeRoot => {
+            // With a subordinate id range (/etc/subuid, /etc/subgid) the
+            // setuid helpers newuidmap/newgidmap map the caller to root and
+            // the range to 1..N, so image files of other owners keep their
+            // owners (apt-get and dpkg can chown under --fakeroot --writable).
+            // They run from outside the namespace, once it exists.
+            let ranges = subid_ranges(uid, gid);
+            let helper = match &ranges {
+                Some((u, g)) => spawn_map_helper(uid, gid, *u, *g),
+                None => None,
+            };
             sys::unshare(UnshareFlags::NEWUSER | UnshareFlags::NEWNS).map_err(|e| {
                 Error::Namespace(format!(
                     "cannot create a user namespace ({e}); unprivileged user namespaces may be disabled: \
                      ask your admin to set kernel.unprivileged_userns_clone=1 / user.max_user_namespaces > 0"
                 ))
             })?;
-            let (inner_uid, inner_gid) = (0, 0);
+            if let Some(helper) = helper {
+                match finish_map_helper(helper) {
+                    Ok(()) => return Ok((0, 0)),
+                    Err(e) => {
+                        tracing::warn!("newuidmap/newgidmap failed ({e}); mapping your ids only")
+                    }
+                }
+            }
             write_file("/proc/self/setgroups", "deny")
-                .and_then(|_| write_file("/proc/self/uid_map", &format!("{inner_uid} {uid} 1\n")))
-                .and_then(|_| write_file("/proc/self/gid_map", &format!("{inner_gid} {gid} 1\n")))
+                .and_then(|_| write_file("/proc/self/uid_map", &format!("0 {uid} 1\n")))
+                .and_then(|_| write_file("/proc/self/gid_map", &format!("0 {gid} 1\n")))
                 .map_err(|e| Error::Namespace(format!("cannot write the id maps: {e}")))?;
-            Ok((inner_uid, inner_gid))
+            Ok((0, 0))
         }
+    }
+}
+
+/// The caller's subordinate uid and gid ranges `(start, count)`, when both
+/// files grant one and the helpers exist.
+fn subid_ranges(uid: u32, gid: u32) -> Option<((u32, u32), (u32, u32))> {
+    if std::env::var_os("BERTH_NO_SUBIDS").is_some() {
+        return None;
+    }
+    let name = sys::getpwuid(uid).map(|p| p.name);
+    let group_owner = name.clone();
+    let find = |file: &str, id: u32, owner: &Option<String>| -> Option<(u32, u32)> {
+        let text = fs::read_to_string(file).ok()?;
+        text.lines().find_map(|l| {
+            let f: Vec<&str> = l.trim().split(':').collect();
+            let [who, start, count] = f.as_slice() else {
+                return None;
+            };
+            let mine = owner.as_deref() == Some(*who) || *who == id.to_string();
+            let (start, count): (u32, u32) = (start.parse().ok()?, count.parse().ok()?);
+            (mine && count > 0).then_some((start, count))
+        })
+    };
+    let u = find("/etc/subuid", uid, &name)?;
+    // subgid entries are keyed by user name (or uid), like subuid.
+    let g = find("/etc/subgid", uid, &group_owner).or_else(|| find("/etc/subgid", gid, &None))?;
+    let on_path = |b: &str| {
+        std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).any(|d| d.join(b).is_file()))
+            .unwrap_or(false)
+            || Path::new("/usr/bin").join(b).is_file()
+    };
+    (on_path("newuidmap") && on_path("newgidmap")).then_some((u, g))
+}
+
+/// Starts a shell that waits for a line on stdin, then maps our ids.
+fn spawn_map_helper(
+    uid: u32,
+    gid: u32,
+    u: (u32, u32),
+    g: (u32, u32),
+) -> Option<std::process::Child> {
+    let pid = std::process::id();
+    let script = format!(
+        "read go || exit 1; newuidmap {pid} 0 {uid} 1 1 {} {} && newgidmap {pid} 0 {gid} 1 1 {} {}",
+        u.0, u.1, g.0, g.1
+    );
+    Command::new("/bin/sh")
+        .arg("-c")
+        .arg(script)
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .ok()
+}
+
+fn finish_map_helper(mut helper: std::process::Child) -> std::result::Result<(), String> {
+    if let Some(mut stdin) = helper.stdin.take() {
+        stdin.write_all(b"go\n").map_err(|e| e.to_string())?;
+    }
+    let out = helper.wait_with_output().map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
     }
 }
 

@@ -235,6 +235,18 @@ fn the_user_is_themself_inside() {
     .ok()
     .stdout();
     assert_eq!(out, "0\nroot\nro\n");
+    // With a subordinate id range (setup.sh gives the test user one), image
+    // files keep their owners under --fakeroot, and root can chown.
+    let l = layers(&sb);
+    let out = sh(
+        &sb,
+        &l,
+        &["--fakeroot", "--writable"],
+        "stat -c %u:%g /data/owned.txt; touch /f && chown 1000:1000 /f && stat -c %u /f",
+    )
+    .ok()
+    .stdout();
+    assert_eq!(out, "1000:1000\n1000\n");
 }
 
 #[test]

@@ -387,6 +387,10 @@ fn security_settings_hold() {
         "descriptors inside: {fds} {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Host files stay as protected as outside: /etc/shadow bound in is
+    // still unreadable, and the host's root-owned files are not writable.
+    let out = sh(&sb, &d, &["-v", "/etc/shadow:/mnt/shadow", "-v", "/etc:/mnt/hostetc"], "cat /mnt/shadow >/dev/null 2>&1 && echo read-shadow || echo no-shadow; echo x >> /mnt/hostetc/hosts 2>/dev/null && echo wrote-hosts || echo no-hosts").ok().stdout();
+    assert_eq!(out, "no-shadow\nno-hosts\n");
     // berth's own processes cannot be opened through /proc (CVE-2019-5736).
     let out = sh(&sb, &d, &["--pid"], "cat /proc/1/exe > /dev/null 2>&1 && echo readable || echo refused; echo x >> /proc/1/exe 2>/dev/null && echo writable || echo refused").ok().stdout();
     assert_eq!(out, "refused\nrefused\n");

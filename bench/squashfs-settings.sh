@@ -1,0 +1,59 @@
+#!/bin/bash
+# Which squashfs compressor and block size should berth write? For the
+# Debian bookworm + python3 image (bench/pull.sh builds and pushes it), for
+# each setting: pull time, image size, the first `python3 -c pass` after the
+# image is mounted (cold FUSE cache: decompression paid), and warm runs.
+#
+#   sudo bench/squashfs-settings.sh [--runs N]
+#
+# Runs berth as the unprivileged test user; writes a markdown table to stdout
+# and bench/results/squashfs-settings-TIME.csv.
+set -Eeuo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+RUNS=10
+while (($#)); do
+    case $1 in
+        --runs) RUNS=$2; shift 2 ;;
+        --smoke) RUNS=2; shift ;;
+        -h|--help) sed -n 2,10p "$0"; exit 0 ;;
+        *) echo "unknown option $1" >&2; exit 2 ;;
+    esac
+done
+WORK=${BERTH_BENCH_DIR:-/var/tmp/berth-bench}
+REF=${BERTH_BENCH_IMAGE:-127.0.0.1:5000/bench/debian-python:bookworm}
+USER_NAME=${BERTH_BENCH_USER:-berthtest}
+[[ $(id -u) == 0 ]] || { echo "run as root (it switches to $USER_NAME)" >&2; exit 1; }
+BIN=$WORK/bin/berth-settings
+install -d -m 0755 "$WORK/bin" "$HERE/results"
+install -m 0755 "${BERTH_BIN:-$HERE/../target/release/berth}" "$BIN"
+UID_N=$(id -u "$USER_NAME")
+RUN=$WORK/settings
+rm -rf "$RUN"; install -d -m 0755 -o "$USER_NAME" -g "$USER_NAME" "$RUN"
+
+as_user() {
+    setpriv --reuid="$USER_NAME" --regid="$USER_NAME" --init-groups \
+        env -i HOME="$RUN" PATH=/usr/local/bin:/usr/bin:/bin XDG_RUNTIME_DIR="$RUN/rt" \
+        BERTH_SYSTEM_CONFIG="$RUN/site.toml" BERTH_STORE="$RUN/store" BERTH_KEEPER_IDLE=1 "$@"
+}
+ms() { python3 -c 'import sys,time; t=time.perf_counter(); import subprocess; subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL); print(f"{(time.perf_counter()-t)*1000:.1f}")' "$@"; }
+median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+
+CSV=$HERE/results/squashfs-settings-$(date -u +%Y%m%dT%H%M%SZ).csv
+echo "setting,pull_s,size_mb,first_python_ms,warm_python_ms" > "$CSV"
+printf '| setting | pull s | size MB | first python3 -c pass ms | warm ms (median of %s) |\n|---|---:|---:|---:|---:|\n' "$RUNS"
+for setting in zstd:3:131072 zstd:3:65536 zstd:1:131072 lz4::131072 gzip:6:131072 gzip:6:65536; do
+    IFS=: read -r comp level bs <<< "$setting"
+    as_user rm -rf "$RUN/store" "$RUN/rt"
+    as_user install -d -m 0700 "$RUN/rt"
+    { echo "[squashfs]"; echo "compressor = \"$comp\""; echo "block_size = $bs"; [[ -n $level ]] && echo "level = $level"; } > "$RUN/site.toml"
+    pull=$(as_user ms "$BIN" pull -q --tls-verify=false "$REF")
+    size=$(as_user "$BIN" inspect "$REF" | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["squashfs"]["size"]/1e6,1))')
+    # First run: the keeper mounts afresh, FUSE's page cache is empty.
+    first=$(as_user ms "$BIN" run "$REF" python3 -c pass)
+    warm=$(for _ in $(seq "$RUNS"); do as_user ms "$BIN" run "$REF" python3 -c pass; done | median)
+    sleep 2   # let the keeper go (idle 1 s) before the next setting
+    echo "$setting,$(awk "BEGIN{print $pull/1000}"),$size,$first,$warm" >> "$CSV"
+    printf '| %s | %.2f | %s | %s | %s |\n' "$setting" "$(awk "BEGIN{print $pull/1000}")" "$size" "$first" "$warm"
+done
+echo
+echo "CSV: $CSV"

@@ -104,7 +104,7 @@ done
 IMAGE_REF=$REGISTRY/$IMAGE_PATH
 
 BENCH_NAME=pull.sh
-# shellcheck source=lib/common.sh
+# shellcheck source-path=SCRIPTDIR source=lib/common.sh
 . "$HERE/lib/common.sh"
 trap 'echo "pull.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
 

@@ -5,9 +5,10 @@
 #  - makes /dev/fuse usable by everyone, creates the unprivileged user
 #    berthtest (with a subuid/subgid range)
 #  - builds the image fixtures (make_images.py) under $BERTH_IT_DIR/fixtures
-#  - (re)starts two local docker-registry instances, anonymous on
-#    127.0.0.1:5000 and htpasswd-protected on 127.0.0.1:5001, and pushes
-#    the images to them
+#  - (re)starts three local docker-registry instances, anonymous on
+#    127.0.0.1:5000, htpasswd-protected on 127.0.0.1:5001 and bearer-token
+#    protected on 127.0.0.1:5002 (token server token_server.py on
+#    127.0.0.1:5003), and pushes the images to them
 #  - writes $BERTH_IT_DIR/env (KEY=VALUE lines) for the tests
 #
 # Idempotent: every run stops the registries of the previous run (see
@@ -26,6 +27,10 @@ REG_DIR=$BERTH_IT_DIR/registry
 
 REG_ANON=127.0.0.1:5000
 REG_AUTH=127.0.0.1:5001
+REG_TOKEN=127.0.0.1:5002
+TOKEN_SERVER=127.0.0.1:5003
+TOKEN_SERVICE=berth-test-registry
+TOKEN_ISSUER=berth-test-issuer
 REG_USER=berth
 REG_PASS=s3cret-pass
 TEST_USER=berthtest
@@ -34,7 +39,7 @@ REPO=berth-test
 
 PACKAGES=(squashfs-tools-ng squashfs-tools skopeo umoci docker-registry
           apache2-utils busybox-static zstd squashfuse fuse3 jq python3
-          curl gzip debootstrap podman runc uidmap catatonit)
+          curl gzip debootstrap podman runc uidmap catatonit openssl)
 
 die() { echo "setup.sh: ERROR: $*" >&2; exit 1; }
 trap 'echo "setup.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
@@ -68,7 +73,8 @@ if ((${#missing[@]})); then
     if [[ -n $policy_rc ]]; then rm -f "$policy_rc"; fi
     ((rc == 0)) || die "apt-get install ${missing[*]} failed"
 fi
-for t in skopeo umoci htpasswd zstd jq curl python3 /bin/busybox /usr/bin/docker-registry; do
+for t in skopeo umoci htpasswd zstd jq curl python3 openssl /bin/busybox \
+         /usr/bin/docker-registry; do
     command -v "$t" >/dev/null || die "$t not found after installing packages"
 done
 
@@ -114,7 +120,7 @@ python3 "$HERE/make_images.py" || die "make_images.py failed"
 # Registries
 # --------------------------------------------------------------------------
 
-# write_config NAME PORT [htpasswd]: registry config under $REG_DIR/NAME
+# write_config NAME PORT [htpasswd|token]: registry config under $REG_DIR/NAME
 write_config() {
     local name=$1 port=$2 auth=${3:-} dir=$REG_DIR/$1
     cat > "$dir/config.yml" <<EOF
@@ -138,14 +144,28 @@ health:
   storagedriver:
     enabled: false
 EOF
-    if [[ -n $auth ]]; then
+    case $auth in
+    '') ;;
+    htpasswd)
         cat >> "$dir/config.yml" <<EOF
 auth:
   htpasswd:
     realm: berth-test
     path: $dir/htpasswd
 EOF
-    fi
+        ;;
+    token)
+        cat >> "$dir/config.yml" <<EOF
+auth:
+  token:
+    realm: http://$TOKEN_SERVER/token
+    service: $TOKEN_SERVICE
+    issuer: $TOKEN_ISSUER
+    rootcertbundle: $dir/issuer.crt
+EOF
+        ;;
+    *) die "write_config: unknown auth '$auth'" ;;
+    esac
 }
 
 # start_registry NAME PORT EXPECTED_HTTP_STATUS_OF_/v2/
@@ -177,14 +197,59 @@ start_registry() {
     die "registry $name on port $port: /v2/ answered '$code', expected $want"
 }
 
+# start_token_server: token_server.py on $TOKEN_SERVER, signing with the
+# key under $REG_DIR/token (see write_config token).
+start_token_server() {
+    local dir=$REG_DIR/token pid code i
+    local log_file=$LOG_DIR/token-server.log
+    local url="http://$TOKEN_SERVER/token?service=$TOKEN_SERVICE"
+    if (exec 3<>"/dev/tcp/${TOKEN_SERVER%:*}/${TOKEN_SERVER##*:}") 2>/dev/null; then
+        die "port ${TOKEN_SERVER##*:} is already in use by a process setup.sh did not start"
+    fi
+    # teardown.sh recognises it by "token_server.py --key $BERTH_IT_DIR/registry/...".
+    setsid python3 "$HERE/token_server.py" --key "$dir/issuer.key" \
+        --cert "$dir/issuer.crt" --listen "$TOKEN_SERVER" \
+        --service "$TOKEN_SERVICE" --issuer "$TOKEN_ISSUER" \
+        --user "$REG_USER" --password "$REG_PASS" \
+        > "$log_file" 2>&1 < /dev/null &
+    pid=$!
+    echo "$pid" > "$RUN_DIR/token-server.pid"
+    for ((i = 0; i < 100; i++)); do
+        kill -0 "$pid" 2>/dev/null || {
+            tail -n 20 "$log_file" >&2
+            die "token server exited at startup, see $log_file"
+        }
+        code=$(curl -s -o /dev/null -w '%{http_code}' "$url" || true)
+        if [[ $code == 200 ]]; then
+            log "token server up on $TOKEN_SERVER (pid $pid)"
+            return 0
+        fi
+        sleep 0.2
+    done
+    tail -n 20 "$log_file" >&2
+    die "token server on $TOKEN_SERVER: anonymous /token answered '$code', expected 200"
+}
+
 rm -rf "$REG_DIR"
-mkdir -p "$REG_DIR/anon/storage" "$REG_DIR/auth/storage"
+mkdir -p "$REG_DIR/anon/storage" "$REG_DIR/auth/storage" "$REG_DIR/token/storage"
 write_config anon 5000
 write_config auth 5001 htpasswd
+write_config token 5002 token
 htpasswd -Bbn "$REG_USER" "$REG_PASS" > "$REG_DIR/auth/htpasswd"
+# The token issuer's RSA key and self-signed certificate: the registry's
+# rootcertbundle, and the x5c chain in every token's header.
+openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=$TOKEN_ISSUER" \
+    -keyout "$REG_DIR/token/issuer.key" -out "$REG_DIR/token/issuer.crt" 2>/dev/null \
+    || die "openssl could not make the token issuer's key and certificate"
 chmod -R a+rX "$REG_DIR"
+chmod 0600 "$REG_DIR/token/issuer.key"
 start_registry anon 5000 200
 start_registry auth 5001 401
+start_token_server
+start_registry token 5002 401
+curl -sI "http://$REG_TOKEN/v2/" | tr -d '\r' \
+    | grep -qixF "www-authenticate: bearer realm=\"http://$TOKEN_SERVER/token\",service=\"$TOKEN_SERVICE\"" \
+    || die "registry token on $REG_TOKEN does not ask for a bearer token from $TOKEN_SERVER"
 
 # --------------------------------------------------------------------------
 # Push
@@ -236,6 +301,15 @@ for name in layers multiarch hostfiles "${EVIL[@]}"; do
 done
 push layers "$REG_AUTH" "${PRESERVE[@]}" --dest-creds "$REG_USER:$REG_PASS"
 verify_same layers "$REG_AUTH" --creds "$REG_USER:$REG_PASS"
+push layers "$REG_TOKEN" "${PRESERVE[@]}" --dest-creds "$REG_USER:$REG_PASS"
+verify_same layers "$REG_TOKEN" --creds "$REG_USER:$REG_PASS"
+# The token registry must refuse anonymous and wrong-password readers.
+for creds in "" "--creds=$REG_USER:wrong-$REG_PASS"; do
+    if "${SKOPEO[@]}" inspect --raw --tls-verify=false ${creds:+"$creds"} \
+        "docker://$REG_TOKEN/$REPO/layers:latest" > /dev/null 2>&1; then
+        die "registry token served layers to ${creds:-an anonymous client}"
+    fi
+done
 
 # docker-v2s2: converted on the way, so only the media types are checked.
 push docker-v2s2 "$REG_ANON" --format v2s2
@@ -288,12 +362,15 @@ cat > "$BERTH_IT_DIR/env.tmp" <<EOF
 BERTH_IT_DIR=$BERTH_IT_DIR
 BERTH_IT_REG_ANON=$REG_ANON
 BERTH_IT_REG_AUTH=$REG_AUTH
+BERTH_IT_REG_TOKEN=$REG_TOKEN
+BERTH_IT_TOKEN_REALM=http://$TOKEN_SERVER/token
 BERTH_IT_REG_USER=$REG_USER
 BERTH_IT_REG_PASS=$REG_PASS
 BERTH_IT_USER=$TEST_USER
 BERTH_IT_FIXTURES=$FIXTURES
 BERTH_IT_REG_ANON_STORAGE=$REG_DIR/anon/storage
 BERTH_IT_REG_AUTH_STORAGE=$REG_DIR/auth/storage
+BERTH_IT_REG_TOKEN_STORAGE=$REG_DIR/token/storage
 BERTH_IT_PODMAN_HOME=$PODMAN_HOME
 EOF
 chmod 0644 "$BERTH_IT_DIR/env.tmp"

@@ -1,9 +1,11 @@
 #!/bin/bash
-# Stop the registries that tests/setup/setup.sh started.
+# Stop the registries (and the token server) that tests/setup/setup.sh
+# started.
 #
 # Only processes recorded in $BERTH_IT_DIR/run/*.pid are touched, and only
 # when they still are a docker-registry serving a config under
-# $BERTH_IT_DIR (so a recycled PID is never killed).
+# $BERTH_IT_DIR, or token_server.py with its key under $BERTH_IT_DIR (so a
+# recycled PID is never killed).
 #
 #   teardown.sh          stop the registries, keep fixtures and storage
 #   teardown.sh --purge  also delete $BERTH_IT_DIR
@@ -12,11 +14,13 @@ set -euo pipefail
 BERTH_IT_DIR=${BERTH_IT_DIR:-/tmp/berth-it}
 RUN_DIR=$BERTH_IT_DIR/run
 
-# is_ours PID: true when PID is a docker-registry started by setup.sh.
+# is_ours PID: true when PID is a docker-registry or the token server
+# started by setup.sh.
 is_ours() {
     local cmdline
     cmdline=$(tr '\0' ' ' 2>/dev/null < "/proc/$1/cmdline") || return 1
-    [[ $cmdline == *docker-registry\ serve\ "$BERTH_IT_DIR"/registry/* ]]
+    [[ $cmdline == *docker-registry\ serve\ "$BERTH_IT_DIR"/registry/* ||
+       $cmdline == *python3*\ */token_server.py\ --key\ "$BERTH_IT_DIR"/registry/* ]]
 }
 
 stop_pid() {

@@ -60,6 +60,7 @@ pub struct Registry {
     auth: RegistryAuth,
     registry: String,
     options: RegistryOptions,
+    authenticated: std::cell::Cell<bool>,
 }
 
 /// Whether an error is worth another try.
@@ -108,6 +109,7 @@ impl Registry {
             auth,
             registry,
             options,
+            authenticated: std::cell::Cell::new(false),
         })
     }
 
@@ -142,6 +144,7 @@ impl Registry {
     /// Fetches a manifest or index: its bytes, its digest (verified against a
     /// pinned reference) and its media type.
     pub fn manifest(&self, reference: &ImageRef) -> Result<(Vec<u8>, String)> {
+        self.authenticate_once(reference)?;
         let oci = reference.as_oci().clone();
         let (bytes, digest) = self.with_retries(&reference.to_string(), || {
             self.client
@@ -218,14 +221,40 @@ impl Registry {
         ))
     }
 
-    /// Checks that the credentials work (for `berth login`): a manifest
-    /// request for `reference` that the registry must authorise. "Not
-    /// found" means the credentials were accepted.
+    /// Checks that the credentials work (for `berth login`). On a token
+    /// registry, the token server answers for them (as `docker login`
+    /// does: a token request with the credentials); on a basic-auth
+    /// registry, a manifest request for `reference` must be authorised,
+    /// and "not found" means the credentials were accepted.
     pub fn check_login(&self, reference: &ImageRef) -> Result<()> {
+        let oci = reference.as_oci().clone();
+        let token = self.with_retries(&reference.to_string(), || {
+            self.client
+                .auth(&oci, &self.auth, oci_client::RegistryOperation::Pull)
+        })?;
+        if token.is_some() {
+            return Ok(());
+        }
         match self.manifest(reference) {
             Ok(_) | Err(Error::RegistryNotFound { .. }) => Ok(()),
             Err(e) => Err(e),
         }
+    }
+
+    /// With credentials on a token registry, asks the token server first:
+    /// its refusal ("invalid user name or password") is the message worth
+    /// showing, which a later 401 of the registry would hide.
+    fn authenticate_once(&self, reference: &ImageRef) -> Result<()> {
+        if self.options.credentials.is_none() || self.authenticated.get() {
+            return Ok(());
+        }
+        let oci = reference.as_oci().clone();
+        self.with_retries(&reference.to_string(), || {
+            self.client
+                .auth(&oci, &self.auth, oci_client::RegistryOperation::Pull)
+        })?;
+        self.authenticated.set(true);
+        Ok(())
     }
 }
 

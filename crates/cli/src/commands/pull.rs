@@ -26,7 +26,10 @@ pub fn registry_options(
         Some(c) => {
             let (u, p) = c
                 .split_once(':')
-                .ok_or_else(|| anyhow::anyhow!("--creds must be USER:PASSWORD"))?;
+                .ok_or_else(|| berth_image::Error::Reference {
+                    reference: "--creds".to_string(),
+                    reason: "expected USER:PASSWORD".to_string(),
+                })?;
             Some(Credentials {
                 username: u.to_string(),
                 password: p.to_string(),

@@ -9,4 +9,5 @@ mod image_import;
 mod image_pull;
 mod image_safety;
 mod image_store;
+mod image_token;
 mod runtime_run;

@@ -1,0 +1,252 @@
+# Shared set-up for the benchmarks in bench/ (sourced by pull.sh and
+# start.sh, which run as root and switch to an unprivileged user for every
+# timed command).
+#
+# The sourcing script sets, before calling anything here:
+#   BENCH_NAME       prefix of log lines ("pull.sh")
+#   WORK             cache and scratch space (default /var/tmp/berth-bench)
+#   BENCH_USER       the unprivileged user (default berthtest)
+#   REGISTRY         the loopback registry, HOST:PORT
+#   REPO_ROOT        the checkout (for tests/setup/setup.sh)
+# and, before as_user:
+#   BERTH_SITE_CONF  the berth site config the user's berth reads
+#
+# Functions set these globals:
+#   bench_user_setup   BUID BGID BHOME UDIR
+#   bench_image        ROOTFS LAYOUT TAG IMAGE_REF IMAGE_MANIFEST_DIGEST
+#                      LAYER_BYTES LAYER_COUNT ROOTFS_BYTES ROOTFS_ENTRIES
+# shellcheck shell=bash disable=SC2034   # the globals are for the caller
+
+log() { echo "$BENCH_NAME: $*" >&2; }
+die() { echo "$BENCH_NAME: ERROR: $*" >&2; exit 1; }
+
+# install_packages PKG...: installs those of PKG that are missing, without
+# recommends.
+install_packages() {
+    local missing=() p policy_rc='' rc=0
+    for p in "$@"; do
+        [[ $(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null) == installed ]] \
+            || missing+=("$p")
+    done
+    ((${#missing[@]})) || return 0
+    log "installing: ${missing[*]}"
+    # policy-rc.d keeps apt from starting services (docker-registry would
+    # take port 5000), as tests/setup/setup.sh does.
+    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+        policy_rc=/usr/sbin/policy-rc.d
+        printf '#!/bin/sh\nexit 101\n' > "$policy_rc"
+        chmod 0755 "$policy_rc"
+    fi
+    { DEBIAN_FRONTEND=noninteractive apt-get update -q &&
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+          --no-install-recommends "${missing[@]}"; } >&2 || rc=$?
+    if [[ -n $policy_rc ]]; then rm -f "$policy_rc"; fi
+    ((rc == 0)) || die "apt-get install ${missing[*]} failed"
+}
+
+# bench_user_setup: the user and its subordinate ids (as
+# tests/setup/setup.sh makes them), and its private state under WORK/user.
+bench_user_setup() {
+    local f
+    if ! id -u "$BENCH_USER" >/dev/null 2>&1; then
+        log "creating user $BENCH_USER"
+        useradd --create-home --user-group --shell /bin/bash "$BENCH_USER"
+    fi
+    for f in /etc/subuid /etc/subgid; do
+        touch "$f"
+        grep -q "^$BENCH_USER:" "$f" || echo "$BENCH_USER:200000:65536" >> "$f"
+    done
+    BUID=$(id -u "$BENCH_USER")
+    BGID=$(id -g "$BENCH_USER")
+    BHOME=$(getent passwd "$BENCH_USER" | cut -d: -f6)
+
+    mkdir -p "$WORK" "$WORK/logs"
+    chmod 0755 "$WORK"
+
+    # The user's state for the benchmarks lives under $WORK/user (its own
+    # XDG_CONFIG_HOME, XDG_DATA_HOME, XDG_CACHE_HOME, XDG_RUNTIME_DIR), so
+    # no config of the user or of the host leaks in, and nothing is left in
+    # $HOME.
+    UDIR=$WORK/user
+    install -d -m 0700 -o "$BUID" -g "$BGID" "$UDIR" "$UDIR/config" "$UDIR/data" \
+        "$UDIR/cache" "$UDIR/runtime" "$UDIR/tmp"
+    install -d -m 0755 -o "$BUID" -g "$BGID" "$UDIR/config/containers"
+
+    # Rootless podman on these machines (see the peers-baseline notes): no
+    # systemd, so cgroupfs and file events; host network (no /dev/net/tun);
+    # native rootless overlayfs; the loopback registry is plain HTTP.
+    cat > "$UDIR/config/containers/containers.conf" <<EOF
+# written by bench/lib/common.sh
+[containers]
+netns = "host"
+
+[engine]
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+EOF
+    cat > "$UDIR/config/containers/registries.conf" <<EOF
+# written by bench/lib/common.sh
+unqualified-search-registries = []
+
+[[registry]]
+location = "$REGISTRY"
+insecure = true
+EOF
+    cat > "$UDIR/config/containers/storage.conf" <<EOF
+# written by bench/lib/common.sh; --root/--runroot are given on each run
+[storage]
+driver = "overlay"
+EOF
+    # berth: an empty user config; each benchmark writes its own site
+    # config (BERTH_SITE_CONF), so host-wide settings do not leak in.
+    install -d -m 0755 -o "$BUID" -g "$BGID" "$UDIR/config/berth"
+    rm -f "$UDIR/config/berth/berth.toml"
+    chown -R "$BUID:$BGID" "$UDIR/config"
+}
+
+# as_user CMD...: runs CMD as the unprivileged user with a clean, fixed
+# environment (setpriv: no PAM session, so the switch itself costs ~1 ms).
+as_user() {
+    setpriv --reuid="$BUID" --regid="$BGID" --init-groups \
+        env -i HOME="$BHOME" USER="$BENCH_USER" LOGNAME="$BENCH_USER" \
+        PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin LANG=C.UTF-8 \
+        XDG_CONFIG_HOME="$UDIR/config" XDG_DATA_HOME="$UDIR/data" \
+        XDG_CACHE_HOME="$UDIR/cache" XDG_RUNTIME_DIR="$UDIR/runtime" \
+        TMPDIR="$UDIR/tmp" BERTH_SYSTEM_CONFIG="$BERTH_SITE_CONF" \
+        "$@"
+}
+
+registry_up() {
+    [[ $(curl -s -o /dev/null -w '%{http_code}' "http://$REGISTRY/v2/" || true) == 200 ]]
+}
+
+# ensure_registry: starts the registry test fixture when nothing answers on
+# the default address.
+ensure_registry() {
+    registry_up && return 0
+    [[ $REGISTRY == 127.0.0.1:5000 ]] \
+        || die "no registry answers on $REGISTRY (start one, or use the default 127.0.0.1:5000)"
+    log "no registry on $REGISTRY: starting the test fixture (tests/setup/setup.sh)"
+    "$REPO_ROOT/tests/setup/setup.sh" >&2 || die "tests/setup/setup.sh failed"
+    registry_up || die "registry on $REGISTRY still not answering"
+}
+
+# debian_mirror: the first URI of the apt source that serves bookworm itself
+# (deb822 .sources first, then one-line sources.list).
+debian_mirror() {
+    local f uri
+    for f in /etc/apt/sources.list.d/*.sources; do
+        [[ -e $f ]] || continue
+        uri=$(awk '
+            /^[[:space:]]*$/ { if (ok && uri != "") exit; ok = 0; uri = ""; next }
+            tolower($1) == "uris:"   { uri = $2 }
+            tolower($1) == "suites:" { for (i = 2; i <= NF; i++) if ($i == "bookworm") ok = 1 }
+            END { if (ok && uri != "") print uri }
+        ' "$f")
+        if [[ -n $uri ]]; then echo "$uri"; return 0; fi
+    done
+    cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | awk '
+        $1 == "deb" && / bookworm / && !found {
+            for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; found = 1; break }
+        }'
+}
+
+# layout_manifest: the OCI layout's manifest for TAG.
+layout_manifest() {
+    local idx digest
+    idx=$(jq -r --arg t "$TAG" \
+        '.manifests[] | select(.annotations["org.opencontainers.image.ref.name"] == $t) | .digest' \
+        "$LAYOUT/index.json")
+    digest=${idx#sha256:}
+    cat "$LAYOUT/blobs/sha256/$digest"
+}
+
+# bench_image IMAGE_PATH REBUILD MIRROR: the benchmark image, built once and
+# cached under WORK (debootstrap minbase + python3, one gzip layer in an OCI
+# layout), and pushed to REGISTRY/IMAGE_PATH when the registry lacks it.
+bench_image() {
+    local image_path=$1 rebuild=$2 mirror=$3 want_layers have_layers
+    ROOTFS=$WORK/rootfs
+    LAYOUT=$WORK/oci
+    TAG=bookworm
+    IMAGE_REF=$REGISTRY/$image_path
+
+    if ((rebuild)); then rm -rf "$ROOTFS" "$ROOTFS.tmp" "$WORK/rootfs.done" "$LAYOUT" "$WORK/oci.done"; fi
+
+    if [[ ! -e $WORK/rootfs.done ]]; then
+        [[ -n $mirror ]] || mirror=$(debian_mirror)
+        [[ -n $mirror ]] || die "no bookworm source found in /etc/apt; pass --mirror URL"
+        log "debootstrap minbase + python3 from $mirror (about 2 minutes)"
+        rm -rf "$ROOTFS" "$ROOTFS.tmp" "$LAYOUT" "$WORK/oci.done"
+        debootstrap --variant=minbase --include=python3 bookworm "$ROOTFS.tmp" "$mirror" \
+            > "$WORK/logs/debootstrap.log" 2>&1 \
+            || { tail -n 20 "$WORK/logs/debootstrap.log" >&2; die "debootstrap failed"; }
+        # Like a registry image: no package caches or lists, and no device
+        # nodes (rootless unpackers cannot create them).
+        rm -rf "$ROOTFS.tmp"/var/cache/apt/archives/*.deb "$ROOTFS.tmp"/var/lib/apt/lists/*
+        find "$ROOTFS.tmp" -xdev \( -type b -o -type c \) -delete
+        mv "$ROOTFS.tmp" "$ROOTFS"
+        echo "$mirror" > "$WORK/rootfs.done"
+    fi
+
+    if [[ ! -e $WORK/oci.done ]]; then
+        log "packing the rootfs into an OCI layout (one gzip layer)"
+        rm -rf "$LAYOUT"
+        # Top-level names without a "./" prefix, as registry images have them.
+        (cd "$ROOTFS" && ls -A | tar --numeric-owner --sort=name --xattrs -cf - -T -) \
+            > "$WORK/layer.tar"
+        umoci init --layout "$LAYOUT"
+        umoci new --image "$LAYOUT:$TAG"
+        umoci config --image "$LAYOUT:$TAG" --author "bench/pull.sh" \
+            --config.env "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+            --config.cmd /usr/bin/python3
+        umoci raw add-layer --image "$LAYOUT:$TAG" "$WORK/layer.tar"   # gzips it
+        umoci gc --layout "$LAYOUT"
+        rm -f "$WORK/layer.tar"
+        touch "$WORK/oci.done"
+    fi
+
+    want_layers=$(layout_manifest | jq -c '[.layers[].digest]')
+    have_layers=$(skopeo inspect --raw --tls-verify=false "docker://$IMAGE_REF" 2>/dev/null \
+        | jq -c '[.layers[].digest]' 2>/dev/null || true)
+    if [[ $have_layers != "$want_layers" ]]; then
+        log "pushing $IMAGE_REF"
+        skopeo --insecure-policy copy --quiet --dest-tls-verify=false \
+            "oci:$LAYOUT:$TAG" "docker://$IMAGE_REF" || die "push to $IMAGE_REF failed"
+        have_layers=$(skopeo inspect --raw --tls-verify=false "docker://$IMAGE_REF" | jq -c '[.layers[].digest]')
+        [[ $have_layers == "$want_layers" ]] || die "registry serves layers $have_layers, expected $want_layers"
+    fi
+
+    # Facts about the image for the reports.
+    IMAGE_MANIFEST_DIGEST=sha256:$(skopeo inspect --raw --tls-verify=false "docker://$IMAGE_REF" | sha256sum | cut -d' ' -f1)
+    LAYER_BYTES=$(layout_manifest | jq '[.layers[].size] | add')
+    LAYER_COUNT=$(layout_manifest | jq '.layers | length')
+    ROOTFS_BYTES=$(du -sb "$ROOTFS" | cut -f1)
+    ROOTFS_ENTRIES=$(find "$ROOTFS" -mindepth 1 | wc -l)
+}
+
+# stop_podman_pause: rootless podman leaves a pause process (catatonit)
+# behind to keep its user namespace. Only the PID that podman recorded under
+# the benchmark's XDG_RUNTIME_DIR is touched.
+stop_podman_pause() {
+    local f=$UDIR/runtime/libpod/tmp/pause.pid pid i
+    [[ -e $f ]] || return 0
+    pid=$(cat "$f")
+    if [[ $pid =~ ^[0-9]+$ ]] && [[ $(stat -c %u "/proc/$pid" 2>/dev/null) == "$BUID" ]]; then
+        kill -TERM "$pid" 2>/dev/null || true
+        for ((i = 0; i < 50; i++)); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+    fi
+    rm -f "$f"
+}
+
+# version_of CMD...: the first line CMD prints, or "unknown".
+version_of() { local v; v=$("$@" 2>/dev/null | sed -n 1p) || true; echo "${v:-unknown}"; }
+
+# git_describe: the checkout's short commit, "-dirty" when it has changes.
+git_describe() {
+    echo "$(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(
+        git -C "$REPO_ROOT" diff --quiet HEAD 2>/dev/null || echo -dirty)"
+}

@@ -1,0 +1,147 @@
+//! `berth pull` and `berth login` against the bearer-token registry of
+//! `tests/setup/setup.sh`: docker-registry on `BERTH_IT_REG_TOKEN` sends
+//! clients to `token_server.py`, which hands user `berth` a JWT for the
+//! requested scope, anonymous clients a token with no access, and answers
+//! 401 to a wrong password.
+
+use std::fs;
+use std::io::Write;
+use std::process::Stdio;
+
+use crate::harness::{Env, Out, Sandbox};
+use crate::need_env;
+
+/// The token registry, or `None` (the test then skips) when the fixture env
+/// predates it.
+fn token_registry(env: &'static Env) -> Option<&'static str> {
+    let reg = env.vars.get("BERTH_IT_REG_TOKEN").map(String::as_str);
+    if reg.is_none() {
+        eprintln!(
+            "skipped: BERTH_IT_REG_TOKEN missing from the fixture env: re-run tests/setup/setup.sh"
+        );
+    }
+    reg
+}
+
+/// `berth login --password-stdin` with `password` on standard input.
+fn login(sb: &Sandbox, reg: &str, password: &str) -> Out {
+    let mut child = sb
+        .berth(&[
+            "login",
+            "--tls-verify=false",
+            "-u",
+            sb.env.var("BERTH_IT_REG_USER"),
+            "--password-stdin",
+            reg,
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{password}\n").as_bytes())
+        .unwrap();
+    Out(child.wait_with_output().unwrap())
+}
+
+fn creds(env: &Env) -> String {
+    format!(
+        "{}:{}",
+        env.var("BERTH_IT_REG_USER"),
+        env.var("BERTH_IT_REG_PASS")
+    )
+}
+
+#[test]
+fn token_auth_pull_with_creds() {
+    let env = need_env!();
+    let Some(reg) = token_registry(env) else {
+        return;
+    };
+    let sb = Sandbox::new(env);
+    let r = format!("{reg}/berth-test/layers");
+    let id = sb
+        .run(&[
+            "pull",
+            "-q",
+            "--tls-verify=false",
+            "--creds",
+            &creds(env),
+            &r,
+        ])
+        .ok()
+        .stdout()
+        .trim()
+        .to_string();
+    assert!(
+        id.starts_with("sha256:") && id.len() == 71,
+        "pull printed {id:?}"
+    );
+    // setup.sh pushed the same image, digests preserved, to both registries.
+    let anon = sb.pull("layers").stdout().trim().to_string();
+    assert_eq!(id, anon, "the token registry served a different image");
+    let want = format!("{r}:latest");
+    let names = sb.run(&["inspect", &id]).ok().json()["names"].clone();
+    assert!(
+        names
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str() == Some(want.as_str())),
+        "{names}"
+    );
+}
+
+#[test]
+fn token_auth_refuses_anonymous_and_wrong_password() {
+    let env = need_env!();
+    let Some(reg) = token_registry(env) else {
+        return;
+    };
+    let sb = Sandbox::new(env);
+    let r = format!("{reg}/berth-test/layers");
+    // Anonymous: the token server's token grants nothing, the registry
+    // answers 401 insufficient_scope.
+    sb.run(&["pull", "--tls-verify=false", &r])
+        .fails(11, "authentication failed");
+    // Wrong password: the token server itself answers 401.
+    let wrong = format!("{}:wrong-password", env.var("BERTH_IT_REG_USER"));
+    sb.run(&["pull", "--tls-verify=false", "--creds", &wrong, &r])
+        .fails(11, "authentication failed");
+    assert!(sb.store_entries("images").is_empty());
+}
+
+#[test]
+fn token_auth_login_pull_logout() {
+    let env = need_env!();
+    let Some(reg) = token_registry(env) else {
+        return;
+    };
+    let sb = Sandbox::new(env);
+    let r = format!("{reg}/berth-test/layers");
+    let auth_file = sb.dir.path().join("run/containers/auth.json");
+    // Wrong password: refused at login, nothing stored.
+    login(&sb, reg, "wrong-password").fails(11, "authentication failed");
+    assert!(
+        !fs::read_to_string(&auth_file)
+            .unwrap_or_default()
+            .contains(reg),
+        "a failed login stored credentials"
+    );
+    login(&sb, reg, env.var("BERTH_IT_REG_PASS")).ok();
+    let auth = fs::read_to_string(&auth_file).unwrap();
+    assert!(auth.contains(reg), "{auth}");
+    let id = sb
+        .run(&["pull", "-q", "--tls-verify=false", &r])
+        .ok()
+        .stdout();
+    assert!(id.trim().starts_with("sha256:"), "pull printed {id:?}");
+    sb.run(&["logout", reg]).ok();
+    sb.run(&["rmi", &r]).ok();
+    sb.run(&["pull", "--tls-verify=false", &r])
+        .fails(11, "berth login");
+}

@@ -29,16 +29,26 @@ fn main() -> ExitCode {
 }
 
 fn init_logging(global: &cli::Global, cli_quiet: bool) {
-    let default = if cli_quiet { "error" } else { "warn" };
-    let filter =
-        tracing_subscriber::EnvFilter::try_new(global.log_level.as_deref().unwrap_or(default))
-            .or_else(|_| tracing_subscriber::EnvFilter::try_new(default))
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    use tracing_subscriber::filter::LevelFilter;
+    let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_target(false)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .without_time()
-        .init();
+        .without_time();
+    match global.log_level.as_deref() {
+        // A filter expression costs a parse at every start: only when asked.
+        Some(spec) => {
+            let filter = tracing_subscriber::EnvFilter::try_new(spec)
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+            builder.with_env_filter(filter).init();
+        }
+        None => {
+            let level = if cli_quiet {
+                LevelFilter::ERROR
+            } else {
+                LevelFilter::WARN
+            };
+            builder.with_max_level(level).init();
+        }
+    }
 }

@@ -26,4 +26,12 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
 # BERTH_IT_REQUIRED: end-to-end tests fail instead of skipping when the
 # fixture environment is missing.
-BERTH_IT_REQUIRED=1 cargo test --workspace --locked
+log=$(mktemp)
+status=0
+BERTH_IT_REQUIRED=1 cargo test --workspace --locked 2>&1 | tee "$log" || status=$?
+# One closing line for the whole suite (cargo prints one per test binary,
+# the last of which is a doc-test binary with nothing in it).
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+rm -f "$log"
+exit "$status"

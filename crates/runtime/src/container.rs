@@ -63,6 +63,11 @@ pub struct RunSpec {
     pub passwd_line: Option<String>,
     /// `/etc/group` line to add.
     pub group_line: Option<String>,
+    /// What the keeper may prepare once for all default runs of the user;
+    /// `binds` then holds the template's binds followed by `extra_binds`.
+    pub template: Option<keeper::Template>,
+    /// The run's binds that are not in the template (current directory, -v).
+    pub extra_binds: Vec<Bind>,
     /// The caller's uid on the host.
     pub uid: u32,
     /// The caller's gid on the host.
@@ -118,6 +123,7 @@ pub fn run(spec: &RunSpec) -> Result<i32> {
         &spec.image_id,
         spec.mode,
         spec.keeper_idle,
+        spec.template.as_ref(),
     )?;
     timing.mark("keeper");
     let mut watched: Vec<i32> = FORWARDED.to_vec();
@@ -198,7 +204,14 @@ fn child(
         rustix::thread::move_into_link_name_space(userns.as_fd(), Some(LinkNameSpaceType::User))
             .map_err(|e| Error::Namespace(format!("join the keeper's user namespace: {e}")))?;
     }
-    rustix::thread::move_into_link_name_space(lease.mntns.as_fd(), Some(LinkNameSpaceType::Mount))
+    // Default runs copy the keeper's prepared root; the others build theirs
+    // from the keeper's image mount.
+    let prepared = lease
+        .template_mntns
+        .as_ref()
+        .filter(|_| uses_template(spec));
+    let base = prepared.unwrap_or(&lease.mntns);
+    rustix::thread::move_into_link_name_space(base.as_fd(), Some(LinkNameSpaceType::Mount))
         .map_err(|e| Error::Namespace(format!("join the keeper's mount namespace: {e}")))?;
     let mut flags = UnshareFlags::NEWNS;
     if spec.pid_ns {
@@ -228,17 +241,25 @@ fn child(
             Fork::Child => {}
         }
     }
-    let plan = RootfsPlan {
-        image: &lease.image_mount(),
-        stage: &lease.stage(),
-        writable: spec.writable,
-        fresh_proc: spec.pid_ns,
-        binds: &spec.binds,
-        passwd_line: spec.passwd_line.clone(),
-        group_line: spec.group_line.clone(),
-        workdir: &spec.workdir,
-    };
-    rootfs::assemble(&plan)?;
+    if prepared.is_some() {
+        rootfs::extend_and_pivot(
+            &lease.stage().join("root"),
+            &spec.extra_binds,
+            &spec.workdir,
+        )?;
+    } else {
+        let plan = RootfsPlan {
+            image: &lease.image_mount(),
+            stage: &lease.stage(),
+            writable: spec.writable,
+            fresh_proc: spec.pid_ns,
+            binds: &spec.binds,
+            passwd_line: spec.passwd_line.clone(),
+            group_line: spec.group_line.clone(),
+            workdir: &spec.workdir,
+        };
+        rootfs::assemble(&plan)?;
+    }
     timing.mark("mount");
     std::env::set_current_dir(&spec.workdir).map_err(|e| {
         Error::Setup(format!(
@@ -293,6 +314,23 @@ fn child(
     };
     eprintln!("berth: error: cannot execute {}: {err}", program.display());
     sys::exit_now(code)
+}
+
+/// Whether a run can start from the keeper's prepared root: it wants the
+/// same template, a read-only image and the host's /proc, and none of its
+/// own binds would cover one of the template's.
+fn uses_template(spec: &RunSpec) -> bool {
+    spec.template.is_some()
+        && !spec.writable
+        && !spec.pid_ns
+        && spec.template.as_ref().is_some_and(|t| {
+            !spec.extra_binds.iter().any(|b| {
+                t.binds.iter().any(|tb| {
+                    let under = tb.target.strip_prefix(&b.target);
+                    under.is_some_and(|rest| rest.starts_with('/') || b.target == "/")
+                })
+            })
+        })
 }
 
 /// Leaves root of the keeper's user namespace for the caller's own ids: a

@@ -109,7 +109,22 @@ pub struct KeeperLease {
     pub userns: Option<OwnedFd>,
     /// `/proc/PID/ns/mnt`.
     pub mntns: OwnedFd,
+    /// The mount namespace of the keeper's prepared root, when it was
+    /// prepared for the same [`Template`] as this run's.
+    pub template_mntns: Option<OwnedFd>,
     _users: File,
+}
+
+/// What a keeper prepares once so that runs need not: the root file system
+/// with the binds and identity files every default run of this user has.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Template {
+    /// Binds common to the user's runs (site binds, home, /tmp).
+    pub binds: Vec<crate::rootfs::Bind>,
+    /// `/etc/passwd` line.
+    pub passwd_line: Option<String>,
+    /// `/etc/group` line.
+    pub group_line: Option<String>,
 }
 
 impl KeeperLease {
@@ -163,6 +178,7 @@ pub fn acquire(
     image_id: &str,
     mode: IdMode,
     idle: Duration,
+    template: Option<&Template>,
 ) -> Result<KeeperLease> {
     let short = image_id.trim_start_matches("sha256:");
     let short = &short[..short.len().min(16)];
@@ -181,9 +197,28 @@ pub fn acquire(
         FlockOperation::LockExclusive,
         &keeper_lock_path,
     )?;
+    let wanted = template.and_then(|t| serde_json::to_string(t).ok());
     let pid = match keeper_alive(&dir) {
         Some(pid) => pid,
-        None => start(berth_exe, &dir, image, mode, idle)?,
+        None => {
+            // The keeper prepares the root for the template of the run that
+            // starts it.
+            let path = dir.join("template.json");
+            match &wanted {
+                Some(json) => fs::write(&path, json).map_err(|e| Error::io("write", &path, e))?,
+                None => {
+                    let _ = fs::remove_file(&path);
+                }
+            }
+            start(berth_exe, &dir, image, mode, idle)?
+        }
+    };
+    let template_mntns = match (&wanted, fs::read_to_string(dir.join("template.json"))) {
+        (Some(w), Ok(have)) if *w == have => fs::read_to_string(dir.join("holder.pid"))
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok())
+            .and_then(|holder| open_ns(holder, "mnt").ok()),
+        _ => None,
     };
     let users_path = dir.join("users.lock");
     let users = open_lock(&users_path)?;
@@ -199,6 +234,7 @@ pub fn acquire(
         pid,
         userns,
         mntns,
+        template_mntns,
         _users: users,
     })
 }
@@ -438,6 +474,7 @@ fn keeper_run(args: &[String]) -> Result<()> {
     // if it died): the mount is usable when this returns.
     fs::metadata(image_dir.join("."))
         .map_err(|e| Error::Mount(format!("the squashfs server did not come up: {e}")))?;
+    let holder = start_holder(&dir);
     let pid = std::process::id();
     fs::write(dir.join("pid"), format!("{pid}\n"))
         .map_err(|e| Error::io("write", dir.join("pid"), e))?;
@@ -451,11 +488,76 @@ fn keeper_run(args: &[String]) -> Result<()> {
         let _ = rustix::stdio::dup2_stdout(null.as_fd());
     }
     serve(&dir, idle, server.as_mut());
+    if let Some(h) = holder {
+        sys::kill(h, libc::SIGKILL);
+        let _ = sys::wait(h, false);
+        let _ = fs::remove_file(dir.join("holder.pid"));
+    }
     if let Some(mut s) = server {
         sys::kill(s.id() as i32, libc::SIGTERM);
         let _ = s.wait();
     }
     Ok(())
+}
+
+/// Forks the holder of the prepared root: a process that builds the
+/// template root (see [`Template`]) in its own mount namespace and then
+/// only sleeps, so runs can copy that namespace instead of building their
+/// own. Returns its pid; `None` (runs build their root) if there is no
+/// template or it could not be prepared.
+fn start_holder(dir: &Path) -> Option<i32> {
+    let text = fs::read_to_string(dir.join("template.json")).ok()?;
+    let template: Template = serde_json::from_str(&text).ok()?;
+    let (reader, writer) = rustix::pipe::pipe().ok()?;
+    match sys::fork().ok()? {
+        sys::Fork::Child => {
+            drop(reader);
+            let result = (|| -> Result<()> {
+                rustix::process::set_parent_process_death_signal(Some(
+                    rustix::process::Signal::KILL,
+                ))
+                .map_err(|e| Error::Setup(format!("prctl: {e}")))?;
+                sys::unshare(rustix::thread::UnshareFlags::NEWNS)
+                    .map_err(|e| Error::Namespace(format!("unshare(mount): {e}")))?;
+                let plan = crate::rootfs::RootfsPlan {
+                    image: &dir.join("mnt/image"),
+                    stage: &dir.join("mnt/stage"),
+                    writable: false,
+                    fresh_proc: false,
+                    binds: &template.binds,
+                    passwd_line: template.passwd_line.clone(),
+                    group_line: template.group_line.clone(),
+                    workdir: "/",
+                };
+                crate::rootfs::prepare(&plan).map(drop)
+            })();
+            let msg = match &result {
+                Ok(()) => "ok".to_string(),
+                Err(e) => format!("{e}"),
+            };
+            let _ = rustix::io::write(&writer, msg.as_bytes());
+            drop(writer);
+            if result.is_err() {
+                sys::exit_now(1);
+            }
+            loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            }
+        }
+        sys::Fork::Parent(pid) => {
+            drop(writer);
+            let mut buf = [0u8; 512];
+            let n = rustix::io::read(&reader, &mut buf).unwrap_or(0);
+            let msg = String::from_utf8_lossy(&buf[..n]).to_string();
+            if msg != "ok" {
+                eprintln!("berth: the prepared root failed ({msg}); runs will build their own");
+                let _ = sys::wait(pid, false);
+                return None;
+            }
+            fs::write(dir.join("holder.pid"), format!("{pid}\n")).ok()?;
+            Some(pid)
+        }
+    }
 }
 
 fn mount_fuse(

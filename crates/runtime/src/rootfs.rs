@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::sys;
 
 /// One bind mount.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Bind {
     /// Host path.
     pub source: PathBuf,
@@ -238,6 +238,14 @@ fn identity_file(
 /// Builds the root file system and pivots into it. Runs in the container's
 /// fresh mount namespace.
 pub fn assemble(plan: &RootfsPlan<'_>) -> Result<()> {
+    let root = prepare(plan)?;
+    pivot(&root)
+}
+
+/// Builds the root file system under `plan.stage` (without entering it) and
+/// returns its path. Also used for a keeper's prepared root, which runs
+/// copy with their mount namespace and then [`extend_and_pivot`].
+pub fn prepare(plan: &RootfsPlan<'_>) -> Result<PathBuf> {
     // Nothing mounted from here on may propagate to the keeper or the host.
     sys::mount(
         None,
@@ -431,7 +439,57 @@ pub fn assemble(plan: &RootfsPlan<'_>) -> Result<()> {
         .map_err(|e| mount_err("remount read-only", &root, e))?;
     }
     drop(root_fd);
-    pivot(&root)
+    Ok(root)
+}
+
+/// For a run on a prepared root (a copy of the keeper's template mount
+/// namespace): adds the run's own binds and working directory, creating
+/// missing mount points in the (shared, memory-backed) upper layer, then
+/// pivots. The template's root mount is read-only; this copy's is made
+/// writable only while mount points are created.
+pub fn extend_and_pivot(root: &Path, binds: &[Bind], workdir: &str) -> Result<()> {
+    let root_fd: OwnedFd = fs::File::open(root)
+        .map_err(|e| Error::io("open", root, e))?
+        .into();
+    let missing = |p: &str| {
+        let rel = p.trim_start_matches('/');
+        rel.is_empty()
+            || openat2(
+                root_fd.as_fd(),
+                rel,
+                OFlags::PATH | OFlags::CLOEXEC,
+                Mode::empty(),
+                ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+            )
+            .is_err()
+    };
+    let need_write =
+        binds.iter().any(|b| missing(&b.target)) || (workdir != "/" && missing(workdir));
+    let ro = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_NOSUID | libc::MS_NODEV;
+    if need_write {
+        sys::mount(None, root, None, ro, None)
+            .map_err(|e| mount_err("remount writable", root, e))?;
+    }
+    if workdir != "/" && !binds.iter().any(|b| b.target == workdir) {
+        let _ = resolve_target(&root_fd, workdir, TargetKind::Dir);
+    }
+    for b in binds {
+        let kind = if fs::metadata(&b.source).map(|m| m.is_dir()).unwrap_or(true) {
+            TargetKind::Dir
+        } else {
+            TargetKind::File
+        };
+        bind(&b.source, &root_fd, &b.target, kind, b.readonly, true).map_err(|e| Error::Bind {
+            spec: b.spec.clone(),
+            reason: e.to_string(),
+        })?;
+    }
+    if need_write {
+        sys::mount(None, root, None, ro | libc::MS_RDONLY, None)
+            .map_err(|e| mount_err("remount read-only", root, e))?;
+    }
+    drop(root_fd);
+    pivot(root)
 }
 
 /// `pivot_root` into `root` and detach the old root, without a directory

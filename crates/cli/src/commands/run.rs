@@ -154,55 +154,71 @@ fn parse_volume(spec: &str, cwd: &Path) -> Result<Bind> {
     })
 }
 
-/// Binds in mount order: site, home, cwd, /tmp, then `-v`; a later bind of
-/// the same target wins; parents before children.
-fn binds(config: &Config, c: &ContainerArgs, home: Option<&Path>, cwd: &Path) -> Result<Vec<Bind>> {
-    let mut out: Vec<Bind> = Vec::new();
-    for site in &config.runtime.binds {
-        match parse_volume(site, Path::new("/")) {
-            Ok(b) => out.push(b),
-            // Site binds name paths that may not exist on every node.
-            Err(e) => tracing::debug!("skipping site bind: {e:#}"),
-        }
-    }
-    if let Some(h) = home.filter(|h| h.is_dir() && !c.no_home) {
-        out.push(Bind {
-            source: h.to_path_buf(),
-            target: h.to_string_lossy().into_owned(),
-            readonly: false,
-            spec: "home".to_string(),
-        });
-    }
-    let covered = |p: &Path, binds: &[Bind]| binds.iter().any(|b| p.starts_with(&b.target));
-    if cwd != Path::new("/") && !covered(cwd, &out) {
-        out.push(Bind {
-            source: cwd.to_path_buf(),
-            target: cwd.to_string_lossy().into_owned(),
-            readonly: false,
-            spec: "current directory".to_string(),
-        });
-    }
-    if Path::new("/tmp").is_dir() {
-        out.push(Bind {
-            source: PathBuf::from("/tmp"),
-            target: "/tmp".to_string(),
-            readonly: false,
-            spec: "/tmp".to_string(),
-        });
-    }
-    for v in &c.volumes {
-        out.push(parse_volume(v, cwd)?);
-    }
-    // The last bind of a target wins.
+/// The binds of a run: `common` ones every default run of the user has
+/// (site binds, home, /tmp: the keeper prepares them once), `extra` ones
+/// of this run (the current directory unless already covered, `-v`), and
+/// `all` of them in mount order (a later bind of a target wins; parents
+/// before children).
+struct RunBinds {
+    common: Vec<Bind>,
+    extra: Vec<Bind>,
+    all: Vec<Bind>,
+}
+
+fn in_mount_order(binds: Vec<Bind>) -> Vec<Bind> {
     let mut dedup: Vec<Bind> = Vec::new();
-    for b in out.into_iter().rev() {
+    for b in binds.into_iter().rev() {
         if !dedup.iter().any(|d| d.target == b.target) {
             dedup.push(b);
         }
     }
     dedup.reverse();
     dedup.sort_by_key(|b| b.target.matches('/').count());
-    Ok(dedup)
+    dedup
+}
+
+fn binds(config: &Config, c: &ContainerArgs, home: Option<&Path>, cwd: &Path) -> Result<RunBinds> {
+    let mut common: Vec<Bind> = Vec::new();
+    for site in &config.runtime.binds {
+        match parse_volume(site, Path::new("/")) {
+            Ok(b) => common.push(b),
+            // Site binds name paths that may not exist on every node.
+            Err(e) => tracing::debug!("skipping site bind: {e:#}"),
+        }
+    }
+    if let Some(h) = home.filter(|h| h.is_dir() && !c.no_home) {
+        common.push(Bind {
+            source: h.to_path_buf(),
+            target: h.to_string_lossy().into_owned(),
+            readonly: false,
+            spec: "home".to_string(),
+        });
+    }
+    if Path::new("/tmp").is_dir() {
+        common.push(Bind {
+            source: PathBuf::from("/tmp"),
+            target: "/tmp".to_string(),
+            readonly: false,
+            spec: "/tmp".to_string(),
+        });
+    }
+    let common = in_mount_order(common);
+    let mut extra: Vec<Bind> = Vec::new();
+    let covered = common.iter().any(|b| cwd.starts_with(&b.target));
+    if cwd != Path::new("/") && !covered {
+        extra.push(Bind {
+            source: cwd.to_path_buf(),
+            target: cwd.to_string_lossy().into_owned(),
+            readonly: false,
+            spec: "current directory".to_string(),
+        });
+    }
+    for v in &c.volumes {
+        extra.push(parse_volume(v, cwd)?);
+    }
+    let extra = in_mount_order(extra);
+    let all = in_mount_order(common.iter().chain(extra.iter()).cloned().collect());
+    Ok(RunBinds { common, extra, all })
 }
 
 fn host_env() -> Vec<(String, String)> {
@@ -281,7 +297,7 @@ fn start(
     ];
     let env = semantics::environment(&defaults, &request, &host_env(), &fixed)?;
     let workdir = semantics::workdir(&defaults, &request, cwd.to_str())?;
-    let binds = binds(&config, c, home.as_deref(), &cwd)?;
+    let run_binds = binds(&config, c, home.as_deref(), &cwd)?;
     let (passwd_line, group_line) = match mode {
         IdMode::Identity => {
             let gecos = pw
@@ -310,7 +326,7 @@ fn start(
         argv,
         env,
         workdir,
-        binds,
+        binds: run_binds.all,
         writable: c.writable,
         pid_ns: c.pid,
         net_none: c.net == "none",
@@ -319,6 +335,12 @@ fn start(
         berth_exe: std::env::current_exe()?,
         timing,
         started,
+        template: (!c.no_home).then(|| berth_runtime::keeper::Template {
+            binds: run_binds.common.clone(),
+            passwd_line: passwd_line.clone(),
+            group_line: group_line.clone(),
+        }),
+        extra_binds: run_binds.extra,
         passwd_line,
         group_line,
         uid,

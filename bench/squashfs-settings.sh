@@ -30,11 +30,12 @@ UID_N=$(id -u "$USER_NAME")
 RUN=$WORK/settings
 rm -rf "$RUN"; install -d -m 0755 -o "$USER_NAME" -g "$USER_NAME" "$RUN"
 
-as_user() {
-    setpriv --reuid="$USER_NAME" --regid="$USER_NAME" --init-groups \
-        env -i HOME="$RUN" PATH=/usr/local/bin:/usr/bin:/bin XDG_RUNTIME_DIR="$RUN/rt" \
-        BERTH_SYSTEM_CONFIG="$RUN/site.toml" BERTH_STORE="$RUN/store" BERTH_KEEPER_IDLE=1 "$@"
-}
+# The unprivileged user, with a clean environment (an argv prefix, so the
+# timing helper below can run it).
+AS_USER=(setpriv --reuid="$USER_NAME" --regid="$USER_NAME" --init-groups
+    env -i HOME="$RUN" PATH=/usr/local/bin:/usr/bin:/bin XDG_RUNTIME_DIR="$RUN/rt"
+    BERTH_SYSTEM_CONFIG="$RUN/site.toml" BERTH_STORE="$RUN/store" BERTH_KEEPER_IDLE=1)
+as_user() { "${AS_USER[@]}" "$@"; }
 ms() { python3 -c 'import sys,time; t=time.perf_counter(); import subprocess; subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL); print(f"{(time.perf_counter()-t)*1000:.1f}")' "$@"; }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
@@ -46,11 +47,11 @@ for setting in zstd:3:131072 zstd:3:65536 zstd:1:131072 lz4::131072 gzip:6:13107
     as_user rm -rf "$RUN/store" "$RUN/rt"
     as_user install -d -m 0700 "$RUN/rt"
     { echo "[squashfs]"; echo "compressor = \"$comp\""; echo "block_size = $bs"; [[ -n $level ]] && echo "level = $level"; } > "$RUN/site.toml"
-    pull=$(as_user ms "$BIN" pull -q --tls-verify=false "$REF")
+    pull=$(ms "${AS_USER[@]}" "$BIN" pull -q --tls-verify=false "$REF")
     size=$(as_user "$BIN" inspect "$REF" | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["squashfs"]["size"]/1e6,1))')
     # First run: the keeper mounts afresh, FUSE's page cache is empty.
-    first=$(as_user ms "$BIN" run "$REF" python3 -c pass)
-    warm=$(for _ in $(seq "$RUNS"); do as_user ms "$BIN" run "$REF" python3 -c pass; done | median)
+    first=$(ms "${AS_USER[@]}" "$BIN" run "$REF" python3 -c pass)
+    warm=$(for _ in $(seq "$RUNS"); do ms "${AS_USER[@]}" "$BIN" run "$REF" python3 -c pass; done | median)
     sleep 2   # let the keeper go (idle 1 s) before the next setting
     echo "$setting,$(awk "BEGIN{print $pull/1000}"),$size,$first,$warm" >> "$CSV"
     printf '| %s | %.2f | %s | %s | %s |\n' "$setting" "$(awk "BEGIN{print $pull/1000}")" "$size" "$first" "$warm"

@@ -427,9 +427,52 @@ impl Store {
         Ok(out)
     }
 
+    /// Loads image `id` (a full `sha256:` id) from `root` or the shared
+    /// stores with as few file system requests as possible (one record
+    /// read, no directory creation, no names): the run path of a node
+    /// whose store sits on a parallel filesystem.
+    pub fn find_id(root: &Path, shared: &[PathBuf], id: &str) -> Option<StoredImage> {
+        let hex = id.strip_prefix("sha256:")?;
+        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        std::iter::once((root, false))
+            .chain(shared.iter().map(|s| (s.as_path(), true)))
+            .find_map(|(r, is_shared)| {
+                Self::load(
+                    &r.join("images").join(id_dir_name(id)),
+                    is_shared,
+                    Vec::new(),
+                )
+            })
+    }
+
     /// Finds an image by name (as typed, or normalised), by id, or by a
     /// unique id prefix of at least 4 hex digits.
     pub fn find(&self, wanted: &str) -> Result<StoredImage> {
+        // A full id: that image's directory, nothing else.
+        if let Some(hex) = wanted.strip_prefix("sha256:") {
+            if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                for (root, shared) in std::iter::once((&self.root, false))
+                    .chain(self.shared.iter().map(|s| (s, true)))
+                {
+                    let dir = root.join("images").join(id_dir_name(wanted));
+                    if dir.join("meta.json").is_file() {
+                        let names = Self::read_names(root)
+                            .map(|n| {
+                                n.into_iter()
+                                    .filter(|(_, v)| v == wanted)
+                                    .map(|(k, _)| k)
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        if let Some(img) = Self::load(&dir, shared, names) {
+                            return Ok(img);
+                        }
+                    }
+                }
+            }
+        }
         // Fast path (every `berth run`): a name in a names index, then that
         // one image's record, without reading every record of the store.
         let quick = short_name_candidates(wanted);

@@ -596,14 +596,18 @@ fn mount_fuse(
     // squashfuse_ll takes the already mounted connection as /dev/fd/N.
     rustix::io::fcntl_setfd(&fuse, rustix::io::FdFlags::empty())
         .map_err(|e| Error::Mount(format!("fcntl: {e}")))?;
-    let _ = image_file;
+    // The image goes by descriptor too: on a parallel filesystem every path
+    // walk costs metadata requests, and the file is already open.
+    rustix::io::fcntl_setfd(image_file, rustix::io::FdFlags::empty())
+        .map_err(|e| Error::Mount(format!("fcntl: {e}")))?;
+    let _ = image;
     let mut cmd = Command::new(squashfuse_path());
     // If the keeper dies, however, the server must go too: it lives in the
     // keeper's mount namespace and would otherwise keep it (and itself) alive.
     sys::kill_with_parent(&mut cmd, rustix::process::Signal::TERM);
     let child = cmd
         .arg("-f")
-        .arg(image)
+        .arg(format!("/dev/fd/{}", image_file.as_raw_fd()))
         .arg(format!("/dev/fd/{}", fuse.as_raw_fd()))
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -221,6 +221,75 @@ fn binds(config: &Config, c: &ContainerArgs, home: Option<&Path>, cwd: &Path) ->
     Ok(RunBinds { common, extra, all })
 }
 
+/// A node-local copy of an image's record, by id. Records are content
+/// addressed (an id's record never changes), so a run given a full id (as
+/// the Slurm plugin passes) needs no metadata request to the store, which
+/// may sit on a parallel filesystem: one node reads the store once, not
+/// once per rank.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct CachedImage {
+    dir: PathBuf,
+    record: berth_image::store::ImageRecord,
+}
+
+fn cache_path(id: &str) -> Option<PathBuf> {
+    let hex = id.strip_prefix("sha256:")?;
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    Some(
+        berth_runtime::keeper::state_dir()
+            .ok()?
+            .join("images")
+            .join(format!("{hex}.json")),
+    )
+}
+
+fn cached_by_id(image: &str) -> Option<StoredImage> {
+    let path = cache_path(image)?;
+    let cached: CachedImage = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    (cached.record.id == image).then(|| StoredImage {
+        record: cached.record,
+        dir: cached.dir,
+        names: Vec::new(),
+        shared: false,
+    })
+}
+
+/// An exclusive lock on the node-local record of a full id (none for names).
+fn cache_lock(image: &str) -> Option<std::fs::File> {
+    let path = cache_path(image)?.with_extension("lock");
+    std::fs::create_dir_all(path.parent()?).ok()?;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .ok()?;
+    rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive).ok()?;
+    Some(f)
+}
+
+fn remember(img: &StoredImage) {
+    let Some(path) = cache_path(&img.record.id) else {
+        return;
+    };
+    if path.exists() {
+        return;
+    }
+    let cached = CachedImage {
+        dir: img.dir.clone(),
+        record: img.record.clone(),
+    };
+    if let (Some(parent), Ok(bytes)) = (path.parent(), serde_json::to_vec(&cached)) {
+        let _ = std::fs::create_dir_all(parent);
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::write(&tmp, bytes).is_ok() {
+            let _ = std::fs::rename(&tmp, &path);
+        }
+    }
+}
+
 fn host_env() -> Vec<(String, String)> {
     std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
@@ -235,8 +304,32 @@ fn start(
     started: Instant,
 ) -> Result<i32> {
     let config = ctx.config()?;
-    let store = ctx.store(&config)?;
-    let img = find_or_pull(&config, &store, image, c)?;
+    let img = match cached_by_id(image) {
+        Some(img) => img,
+        None => {
+            // Ranks of a node starting at once: one reads the store, the
+            // others wait and use its copy.
+            let _lock = cache_lock(image);
+            match cached_by_id(image) {
+                Some(img) => img,
+                None => {
+                    let img = match berth_image::store::Store::find_id(
+                        &config.store,
+                        &config.shared_stores,
+                        image,
+                    ) {
+                        Some(img) => img,
+                        None => {
+                            let store = ctx.store(&config)?;
+                            find_or_pull(&config, &store, image, c)?
+                        }
+                    };
+                    remember(&img);
+                    img
+                }
+            }
+        }
+    };
     let uid = rustix::process::getuid().as_raw();
     let gid = rustix::process::getgid().as_raw();
     let mode = if uid == 0 {

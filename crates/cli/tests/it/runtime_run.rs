@@ -507,3 +507,29 @@ fn concurrent_runs_share_one_mount_and_it_goes_away() {
     }
     assert!(alive().is_empty(), "still running: {:?}", alive());
 }
+
+#[test]
+fn runs_by_id_need_no_store_after_the_first() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let l = layers(&sb);
+    let id = sb.run(&["inspect", &l]).ok().json()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let out = sb
+        .run(&["run", "--entrypoint", "", &id, "/bin/echo", "one"])
+        .ok();
+    assert_eq!(out.stdout(), "one\n");
+    // The node keeps the record: with the store gone (as if its parallel
+    // filesystem hiccupped), runs by id still start; by name they cannot.
+    let store = sb.store();
+    let hidden = sb.dir.path().join("store-away");
+    fs::rename(&store, &hidden).unwrap();
+    let out = sb
+        .run(&["run", "--entrypoint", "", &id, "/bin/echo", "two"])
+        .ok();
+    assert_eq!(out.stdout(), "two\n");
+    sb.run(&["run", "--entrypoint", "", &l, "/bin/true"])
+        .fails(125, "not in the store");
+}

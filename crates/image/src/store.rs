@@ -447,6 +447,58 @@ impl Store {
             })
     }
 
+    /// Like [`Store::find_id`], but walks to the image's directory once and
+    /// also opens its squashfs file, so starting a keeper needs no second
+    /// path walk (each component is a metadata request on a parallel
+    /// filesystem).
+    pub fn open_id(root: &Path, shared: &[PathBuf], id: &str) -> Option<(StoredImage, File)> {
+        let hex = id.strip_prefix("sha256:")?;
+        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        std::iter::once((root, false))
+            .chain(shared.iter().map(|s| (s.as_path(), true)))
+            .find_map(|(r, is_shared)| {
+                let dir_path = r.join("images").join(id_dir_name(id));
+                // O_PATH: no open request to the filesystem, only the walk.
+                let dir = rustix::fs::open(
+                    &dir_path,
+                    rustix::fs::OFlags::PATH
+                        | rustix::fs::OFlags::DIRECTORY
+                        | rustix::fs::OFlags::CLOEXEC,
+                    rustix::fs::Mode::empty(),
+                )
+                .ok()?;
+                let open = |name: &str| {
+                    rustix::fs::openat(
+                        &dir,
+                        name,
+                        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+                        rustix::fs::Mode::empty(),
+                    )
+                    .ok()
+                    .map(File::from)
+                };
+                let meta = open("meta.json")?;
+                let mut bytes = Vec::new();
+                // Through `take`: File's own read_to_end asks for the size
+                // first (one more metadata request).
+                std::io::Read::read_to_end(&mut std::io::Read::take(&meta, 16 << 20), &mut bytes)
+                    .ok()?;
+                let record: ImageRecord = serde_json::from_slice(&bytes).ok()?;
+                let image = open(&record.squashfs.file)?;
+                Some((
+                    StoredImage {
+                        record,
+                        dir: dir_path,
+                        names: Vec::new(),
+                        shared: is_shared,
+                    },
+                    image,
+                ))
+            })
+    }
+
     /// Finds an image by name (as typed, or normalised), by id, or by a
     /// unique id prefix of at least 4 hex digits.
     pub fn find(&self, wanted: &str) -> Result<StoredImage> {

@@ -68,6 +68,9 @@ pub struct RunSpec {
     pub template: Option<keeper::Template>,
     /// The run's binds that are not in the template (current directory, -v).
     pub extra_binds: Vec<Bind>,
+    /// The image file, when the caller already opened it (handed to a
+    /// keeper that starts, instead of a path to walk again).
+    pub image_file: Option<std::sync::Arc<std::fs::File>>,
     /// The caller's uid on the host.
     pub uid: u32,
     /// The caller's gid on the host.
@@ -124,6 +127,7 @@ pub fn run(spec: &RunSpec) -> Result<i32> {
         spec.mode,
         spec.keeper_idle,
         spec.template.as_ref(),
+        spec.image_file.as_deref(),
     )?;
     timing.mark("keeper");
     let mut watched: Vec<i32> = FORWARDED.to_vec();

@@ -179,6 +179,7 @@ pub fn acquire(
     mode: IdMode,
     idle: Duration,
     template: Option<&Template>,
+    image_file: Option<&File>,
 ) -> Result<KeeperLease> {
     let short = image_id.trim_start_matches("sha256:");
     let short = &short[..short.len().min(16)];
@@ -210,7 +211,7 @@ pub fn acquire(
                     let _ = fs::remove_file(&path);
                 }
             }
-            start(berth_exe, &dir, image, mode, idle)?
+            start(berth_exe, &dir, image, image_file, mode, idle)?
         }
     };
     let template_mntns = match (&wanted, fs::read_to_string(dir.join("template.json"))) {
@@ -239,21 +240,41 @@ pub fn acquire(
     })
 }
 
-fn start(berth_exe: &Path, dir: &Path, image: &Path, mode: IdMode, idle: Duration) -> Result<i32> {
+fn start(
+    berth_exe: &Path,
+    dir: &Path,
+    image: &Path,
+    image_file: Option<&File>,
+    mode: IdMode,
+    idle: Duration,
+) -> Result<i32> {
     let log_path = dir.join("keeper.log");
     let log = File::create(&log_path).map_err(|e| Error::io("create", &log_path, e))?;
-    let mut child = Command::new(berth_exe)
+    // An already open image goes to the keeper as /dev/fd/N: reopening it
+    // through that link costs no path walk on a parallel filesystem. The
+    // descriptor is inheritable only while the keeper starts.
+    let image_arg = match image_file {
+        Some(f) if rustix::io::fcntl_setfd(f, rustix::io::FdFlags::empty()).is_ok() => {
+            PathBuf::from(format!("fd:{}", f.as_raw_fd()))
+        }
+        _ => image.to_path_buf(),
+    };
+    let spawned = Command::new(berth_exe)
         .arg("__keeper")
         .arg(dir)
-        .arg(image)
+        .arg(&image_arg)
         .arg(mode.as_str())
         .arg(idle.as_secs().to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log))
         .env_remove("BERTH_TIMING")
-        .spawn()
-        .map_err(|e| Error::io("start the image keeper", berth_exe, e))?;
+        .spawn();
+    if let Some(f) = image_file {
+        // Never into the container: close-on-exec again.
+        let _ = rustix::io::fcntl_setfd(f, rustix::io::FdFlags::CLOEXEC);
+    }
+    let mut child = spawned.map_err(|e| Error::io("start the image keeper", berth_exe, e))?;
     let stdout = child
         .stdout
         .take()
@@ -436,7 +457,17 @@ fn keeper_run(args: &[String]) -> Result<()> {
     // Leave the caller's session: a Ctrl-C or hang-up of the terminal that
     // started the first run must not take the mount from later runs.
     let _ = rustix::process::setsid();
-    let image_file = File::open(&image).map_err(|e| Error::io("open the image", &image, e))?;
+    // `fd:N`: the starting run passed the open image as descriptor N.
+    let image_file = match image
+        .to_str()
+        .and_then(|s| s.strip_prefix("fd:"))
+        .and_then(|n| n.parse().ok())
+    {
+        Some(fd) => {
+            sys::take_inherited_fd(fd).ok_or_else(|| Error::Setup(format!("no descriptor {fd}")))?
+        }
+        None => File::open(&image).map_err(|e| Error::io("open the image", &image, e))?,
+    };
     let (uid, gid) = enter_namespaces(mode)?;
     let mnt = dir.join("mnt");
     sys::mount(

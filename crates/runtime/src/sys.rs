@@ -400,3 +400,21 @@ pub fn restrict_bounding_set(keep: &[u32]) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Takes ownership of descriptor `fd`, which the parent handed down on
+/// purpose (`berth __keeper ... fd:N`); `None` if it is not open.
+pub fn take_inherited_fd(fd: i32) -> Option<std::fs::File> {
+    if fd < 3 {
+        return None;
+    }
+    // SAFETY: F_GETFD only checks that the number is an open descriptor.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+        return None;
+    }
+    // SAFETY: the descriptor is open and was passed to this process for its
+    // exclusive use; nothing else in the process refers to it, so owning
+    // (and eventually closing) it is sound.
+    let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let _ = rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC);
+    Some(std::fs::File::from(owned))
+}

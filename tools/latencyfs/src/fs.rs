@@ -373,10 +373,13 @@ pub fn serve(
         });
     }
     let mut config = Config::default();
+    // No default_permissions: with zero attribute TTLs the kernel would
+    // fetch attributes for a permission check at every path component, a
+    // request a real parallel-filesystem client answers from its lock
+    // cache. The filesystem is read-only and serves what its source holds.
     config.mount_options = vec![
         MountOption::FSName("latencyfs".to_string()),
         MountOption::RO,
-        MountOption::DefaultPermissions,
     ];
     config.acl = SessionACL::All;
     config.n_threads = Some(threads.max(1));

@@ -304,6 +304,7 @@ fn start(
     started: Instant,
 ) -> Result<i32> {
     let config = ctx.config()?;
+    let mut image_file = None;
     let img = match cached_by_id(image) {
         Some(img) => img,
         None => {
@@ -313,12 +314,16 @@ fn start(
             match cached_by_id(image) {
                 Some(img) => img,
                 None => {
-                    let img = match berth_image::store::Store::find_id(
+                    let found = berth_image::store::Store::open_id(
                         &config.store,
                         &config.shared_stores,
                         image,
-                    ) {
-                        Some(img) => img,
+                    );
+                    let img = match found {
+                        Some((img, file)) => {
+                            image_file = Some(std::sync::Arc::new(file));
+                            img
+                        }
                         None => {
                             let store = ctx.store(&config)?;
                             find_or_pull(&config, &store, image, c)?
@@ -434,6 +439,7 @@ fn start(
             group_line: group_line.clone(),
         }),
         extra_binds: run_binds.extra,
+        image_file,
         passwd_line,
         group_line,
         uid,

@@ -71,6 +71,10 @@ pub struct RunSpec {
     /// The image file, when the caller already opened it (handed to a
     /// keeper that starts, instead of a path to walk again).
     pub image_file: Option<std::sync::Arc<std::fs::File>>,
+    /// A lock the caller holds while a node's first run starts the keeper
+    /// (so the other ranks do not race it to start one by path); released
+    /// as soon as the keeper is there.
+    pub startup_lock: Option<std::sync::Arc<std::sync::Mutex<Option<std::fs::File>>>>,
     /// The caller's uid on the host.
     pub uid: u32,
     /// The caller's gid on the host.
@@ -129,6 +133,11 @@ pub fn run(spec: &RunSpec) -> Result<i32> {
         spec.template.as_ref(),
         spec.image_file.as_deref(),
     )?;
+    if let Some(lock) = &spec.startup_lock {
+        if let Ok(mut held) = lock.lock() {
+            held.take();
+        }
+    }
     timing.mark("keeper");
     let mut watched: Vec<i32> = FORWARDED.to_vec();
     watched.push(libc::SIGCHLD);

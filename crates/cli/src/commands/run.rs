@@ -305,12 +305,13 @@ fn start(
 ) -> Result<i32> {
     let config = ctx.config()?;
     let mut image_file = None;
+    let mut startup_lock = None;
     let img = match cached_by_id(image) {
         Some(img) => img,
         None => {
-            // Ranks of a node starting at once: one reads the store, the
-            // others wait and use its copy.
-            let _lock = cache_lock(image);
+            // Ranks of a node starting at once: one reads the store and
+            // starts the keeper, the others wait and use its copy.
+            let lock = cache_lock(image);
             match cached_by_id(image) {
                 Some(img) => img,
                 None => {
@@ -330,6 +331,8 @@ fn start(
                         }
                     };
                     remember(&img);
+                    startup_lock =
+                        lock.map(|l| std::sync::Arc::new(std::sync::Mutex::new(Some(l))));
                     img
                 }
             }
@@ -440,6 +443,7 @@ fn start(
         }),
         extra_binds: run_binds.extra,
         image_file,
+        startup_lock,
         passwd_line,
         group_line,
         uid,

@@ -37,7 +37,11 @@ USER_NAME=${BERTH_BENCH_USER:-berthtest}
 id "$USER_NAME" >/dev/null 2>&1 || die "user $USER_NAME missing: run tests/setup/setup.sh or bench/pull.sh first"
 WORK=${BERTH_BENCH_DIR:-/var/tmp/berth-bench}/pynamic-$MODULES-$FUNCTIONS-$UTILS
 BASE_LAYOUT=${BERTH_BENCH_BASE:-/var/tmp/berth-bench/oci}   # bench/pull.sh's Debian + python3 layout
-[[ -e $BASE_LAYOUT/index.json ]] || die "no base image at $BASE_LAYOUT: run bench/pull.sh once"
+if [[ ! -e $BASE_LAYOUT/index.json ]]; then
+    log "no base image at $BASE_LAYOUT: running bench/pull.sh --smoke --tools berth to build it"
+    "$HERE/pull.sh" --smoke --tools berth > /dev/null
+fi
+[[ -e $BASE_LAYOUT/index.json ]] || die "no base image at $BASE_LAYOUT"
 for t in umoci gcc /usr/bin/python3; do command -v "$t" >/dev/null || die "$t missing"; done
 [[ -x $ROOT/target/release/latencyfs && -x $ROOT/target/release/berth ]] \
     || die "build first: cargo build --release -p berth -p berth-latencyfs"

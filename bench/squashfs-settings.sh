@@ -23,6 +23,13 @@ WORK=${BERTH_BENCH_DIR:-/var/tmp/berth-bench}
 REF=${BERTH_BENCH_IMAGE:-127.0.0.1:5000/bench/debian-python:bookworm}
 USER_NAME=${BERTH_BENCH_USER:-berthtest}
 [[ $(id -u) == 0 ]] || { echo "run as root (it switches to $USER_NAME)" >&2; exit 1; }
+# The image comes from bench/pull.sh (which builds and pushes it when missing).
+if [[ $(curl -s -o /dev/null -w '%{http_code}' "http://${REF%%/*}/v2/${REF#*/}" | head -c3) != 200 ]] \
+    && ! curl -sf -o /dev/null -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
+        "http://${REF%%/*}/v2/$(echo "${REF#*/}" | sed 's/:/\/manifests\//')"; then
+    echo "squashfs-settings.sh: $REF missing: running bench/pull.sh --smoke --tools berth to build and push it" >&2
+    "$HERE/pull.sh" --smoke --tools berth > /dev/null
+fi
 BIN=$WORK/bin/berth-settings
 install -d -m 0755 "$WORK/bin" "$HERE/results"
 install -m 0755 "${BERTH_BIN:-$HERE/../target/release/berth}" "$BIN"

@@ -428,32 +428,13 @@ impl Store {
     }
 
     /// Loads image `id` (a full `sha256:` id) from `root` or the shared
-    /// stores with as few file system requests as possible (one record
-    /// read, no directory creation, no names): the run path of a node
-    /// whose store sits on a parallel filesystem.
-    pub fn find_id(root: &Path, shared: &[PathBuf], id: &str) -> Option<StoredImage> {
-        let hex = id.strip_prefix("sha256:")?;
-        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return None;
-        }
-        std::iter::once((root, false))
-            .chain(shared.iter().map(|s| (s.as_path(), true)))
-            .find_map(|(r, is_shared)| {
-                Self::load(
-                    &r.join("images").join(id_dir_name(id)),
-                    is_shared,
-                    Vec::new(),
-                )
-            })
-    }
-
-    /// Like [`Store::find_id`], but walks to the image's directory once and
-    /// also opens its squashfs file, so starting a keeper needs no second
-    /// path walk (each component is a metadata request on a parallel
-    /// filesystem).
+    /// stores with as few file system requests as possible: one walk to the
+    /// image's directory, the record and the squashfs file opened relative
+    /// to it, no directory creation, no names. The run path of a node whose
+    /// store sits on a parallel filesystem, where each path component is a
+    /// metadata request; the open file goes to the keeper.
     pub fn open_id(root: &Path, shared: &[PathBuf], id: &str) -> Option<(StoredImage, File)> {
-        let hex = id.strip_prefix("sha256:")?;
-        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if !is_full_id(id) {
             return None;
         }
         std::iter::once((root, false))
@@ -503,24 +484,22 @@ impl Store {
     /// unique id prefix of at least 4 hex digits.
     pub fn find(&self, wanted: &str) -> Result<StoredImage> {
         // A full id: that image's directory, nothing else.
-        if let Some(hex) = wanted.strip_prefix("sha256:") {
-            if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                for (root, shared) in std::iter::once((&self.root, false))
-                    .chain(self.shared.iter().map(|s| (s, true)))
-                {
-                    let dir = root.join("images").join(id_dir_name(wanted));
-                    if dir.join("meta.json").is_file() {
-                        let names = Self::read_names(root)
-                            .map(|n| {
-                                n.into_iter()
-                                    .filter(|(_, v)| v == wanted)
-                                    .map(|(k, _)| k)
-                                    .collect()
-                            })
-                            .unwrap_or_default();
-                        if let Some(img) = Self::load(&dir, shared, names) {
-                            return Ok(img);
-                        }
+        if is_full_id(wanted) {
+            for (root, shared) in
+                std::iter::once((&self.root, false)).chain(self.shared.iter().map(|s| (s, true)))
+            {
+                let dir = root.join("images").join(id_dir_name(wanted));
+                if dir.join("meta.json").is_file() {
+                    let names = Self::read_names(root)
+                        .map(|n| {
+                            n.into_iter()
+                                .filter(|(_, v)| v == wanted)
+                                .map(|(k, _)| k)
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    if let Some(img) = Self::load(&dir, shared, names) {
+                        return Ok(img);
                     }
                 }
             }
@@ -661,6 +640,12 @@ impl Store {
         }
         Ok(removed)
     }
+}
+
+/// Whether `id` is a full image id, `sha256:` and 64 hex digits.
+pub fn is_full_id(id: &str) -> bool {
+    id.strip_prefix("sha256:")
+        .is_some_and(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// The names a short reference may stand for, in order: as typed, with

@@ -198,6 +198,22 @@ fn bind(
         .map_err(|e| mount_err("remount bind", Path::new(target), e))
 }
 
+/// Mounts the user's binds in order; a file source gets a file mount point.
+fn user_binds(root: &OwnedFd, binds: &[Bind]) -> Result<()> {
+    for b in binds {
+        let kind = if fs::metadata(&b.source).map(|m| m.is_dir()).unwrap_or(true) {
+            TargetKind::Dir
+        } else {
+            TargetKind::File
+        };
+        bind(&b.source, root, &b.target, kind, b.readonly, true).map_err(|e| Error::Bind {
+            spec: b.spec.clone(),
+            reason: e.to_string(),
+        })?;
+    }
+    Ok(())
+}
+
 fn write_file(path: &Path, text: &str) -> Result<()> {
     let mut f = fs::File::create(path).map_err(|e| Error::io("write", path, e))?;
     f.write_all(text.as_bytes())
@@ -416,17 +432,7 @@ pub fn prepare(plan: &RootfsPlan<'_>) -> Result<PathBuf> {
     }
 
     // User binds, parents first.
-    for b in plan.binds {
-        let kind = if fs::metadata(&b.source).map(|m| m.is_dir()).unwrap_or(true) {
-            TargetKind::Dir
-        } else {
-            TargetKind::File
-        };
-        bind(&b.source, &root_fd, &b.target, kind, b.readonly, true).map_err(|e| Error::Bind {
-            spec: b.spec.clone(),
-            reason: e.to_string(),
-        })?;
-    }
+    user_binds(&root_fd, plan.binds)?;
 
     if !plan.writable {
         sys::mount(
@@ -473,17 +479,7 @@ pub fn extend_and_pivot(root: &Path, binds: &[Bind], workdir: &str) -> Result<()
     if workdir != "/" && !binds.iter().any(|b| b.target == workdir) {
         let _ = resolve_target(&root_fd, workdir, TargetKind::Dir);
     }
-    for b in binds {
-        let kind = if fs::metadata(&b.source).map(|m| m.is_dir()).unwrap_or(true) {
-            TargetKind::Dir
-        } else {
-            TargetKind::File
-        };
-        bind(&b.source, &root_fd, &b.target, kind, b.readonly, true).map_err(|e| Error::Bind {
-            spec: b.spec.clone(),
-            reason: e.to_string(),
-        })?;
-    }
+    user_binds(&root_fd, binds)?;
     if need_write {
         sys::mount(None, root, None, ro | libc::MS_RDONLY, None)
             .map_err(|e| mount_err("remount read-only", root, e))?;

@@ -233,10 +233,10 @@ struct CachedImage {
 }
 
 fn cache_path(id: &str) -> Option<PathBuf> {
-    let hex = id.strip_prefix("sha256:")?;
-    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if !berth_image::store::is_full_id(id) {
         return None;
     }
+    let hex = id.strip_prefix("sha256:")?;
     Some(
         berth_runtime::keeper::state_dir()
             .ok()?

@@ -533,3 +533,46 @@ fn runs_by_id_need_no_store_after_the_first() {
     sb.run(&["run", "--entrypoint", "", &l, "/bin/true"])
         .fails(125, "not in the store");
 }
+
+#[test]
+fn real_root_uses_a_kernel_mount_and_keeps_only_docker_capabilities() {
+    let env = need_env!();
+    if env.user.is_none() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let sb = Sandbox::new(env);
+    let img = layers(&sb);
+    // The same store, used by root itself (no user namespace).
+    let mut c = sb.berth(&[
+        "run",
+        "--entrypoint",
+        "",
+        &img,
+        "/bin/sh",
+        "-c",
+        "id -u; touch /x 2>/dev/null && echo rw || echo ro; grep CapEff /proc/self/status",
+    ]);
+    c.uid(0)
+        .gid(0)
+        .env("XDG_RUNTIME_DIR", sb.dir.path().join("root-run"));
+    fs::create_dir_all(sb.dir.path().join("root-run")).unwrap();
+    let out = c.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], "0");
+    assert_eq!(lines[1], "ro");
+    // Docker's default set (0xa80425fb), not every capability.
+    assert!(lines[2].ends_with("00000000a80425fb"), "{stdout}");
+    let keeper = fs::read_dir(sb.dir.path().join("root-run/berth/keepers"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap();
+    assert!(keeper.file_name().to_string_lossy().ends_with("-root"));
+}

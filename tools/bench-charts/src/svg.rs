@@ -1,7 +1,6 @@
 //! A horizontal bar chart as SVG text: one bar per row, an optional
 //! interquartile whisker, linear or log10 scale. Hand-written: the charts
-//! are simple, and SVG needs no font rasterisation, unlike a plotting
-//! crate's text layout.
+//! are simple, and this keeps the dependency list short.
 
 use std::fmt::Write as _;
 

@@ -473,11 +473,3 @@ fn hash_file(path: &Path) -> Result<(u64, String)> {
     f.sync_all().map_err(|e| Error::store("sync", path, e))?;
     Ok((size, format!("sha256:{}", hex::encode(hasher.finalize()))))
 }
-
-/// Reads through `from_io` so typed errors survive a `Read` chain.
-pub fn read_all(mut r: impl Read, what: &str) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
-    r.read_to_end(&mut out)
-        .map_err(|e| from_io(e, |e| Error::BadImage(format!("{what}: {e}"))))?;
-    Ok(out)
-}

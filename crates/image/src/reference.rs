@@ -43,10 +43,7 @@ impl ImageRef {
     /// Parses a local image name given to `berth import`: a name without a
     /// registry lands under `localhost/` (as podman does), tag `latest`.
     pub fn parse_local_name(text: &str) -> Result<Self> {
-        let first = text.split('/').next().unwrap_or_default();
-        let has_registry = text.contains('/')
-            && (first.contains('.') || first.contains(':') || first == "localhost");
-        if has_registry {
+        if names_registry(text) {
             Self::parse(text)
         } else {
             Self::parse(&format!("localhost/{text}"))
@@ -103,6 +100,13 @@ impl ImageRef {
     pub fn as_oci(&self) -> &Reference {
         &self.inner
     }
+}
+
+/// Whether a reference's first component names a registry (Docker's rule:
+/// it holds a `.` or a `:` or is `localhost`, and more components follow).
+pub fn names_registry(text: &str) -> bool {
+    let first = text.split('/').next().unwrap_or_default();
+    text.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost")
 }
 
 impl fmt::Display for ImageRef {

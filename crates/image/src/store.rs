@@ -657,11 +657,8 @@ fn short_name_candidates(wanted: &str) -> Vec<String> {
     } else {
         format!("{wanted}:latest")
     };
-    let first = wanted.split('/').next().unwrap_or_default();
-    let has_registry = wanted.contains('/')
-        && (first.contains('.') || first.contains(':') || first == "localhost");
     let mut out = vec![wanted.to_string(), tagged.clone()];
-    if !has_registry {
+    if !crate::reference::names_registry(wanted) {
         out.push(format!("localhost/{tagged}"));
         if wanted.contains('/') {
             out.push(format!("docker.io/{tagged}"));

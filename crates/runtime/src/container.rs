@@ -352,16 +352,8 @@ fn uses_template(spec: &RunSpec) -> bool {
 fn become_caller(uid: u32, gid: u32) -> Result<()> {
     sys::unshare(UnshareFlags::NEWUSER)
         .map_err(|e| Error::Namespace(format!("nested user namespace: {e}")))?;
-    let write = |path: &str, text: String| {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(path)
-            .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))
-            .map_err(|e| Error::Namespace(format!("write {path}: {e}")))
-    };
-    write("/proc/self/setgroups", "deny".to_string())?;
-    write("/proc/self/uid_map", format!("{uid} 0 1\n"))?;
-    write("/proc/self/gid_map", format!("{gid} 0 1\n"))
+    sys::write_id_maps(&format!("{uid} 0 1"), &format!("{gid} 0 1"))
+        .map_err(|e| Error::Namespace(format!("cannot write the nested id maps: {e}")))
 }
 
 /// Finds the command in the container, as a shell would: a name with a `/`

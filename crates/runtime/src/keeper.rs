@@ -303,13 +303,6 @@ fn start(
     ))
 }
 
-fn write_file(path: &str, text: &str) -> std::io::Result<()> {
-    fs::OpenOptions::new()
-        .write(true)
-        .open(path)?
-        .write_all(text.as_bytes())
-}
-
 /// Enters a new user namespace (unless `HostRoot`), mapping the caller to
 /// root, and a new mount namespace. Returns the (uid, gid) seen inside.
 pub fn enter_namespaces(mode: IdMode) -> Result<(u32, u32)> {
@@ -321,14 +314,8 @@ pub fn enter_namespaces(mode: IdMode) -> Result<(u32, u32)> {
             sys::unshare(UnshareFlags::NEWNS)
                 .map_err(|e| Error::Namespace(format!("unshare(mount): {e}")))?;
             // Mounts made here must not propagate back to the host.
-            sys::mount(
-                None,
-                Path::new("/"),
-                None,
-                libc::MS_REC | libc::MS_SLAVE,
-                None,
-            )
-            .map_err(|e| Error::Namespace(format!("make / a slave mount: {e}")))?;
+            sys::make_rslave()
+                .map_err(|e| Error::Namespace(format!("make / a slave mount: {e}")))?;
             Ok((uid, gid))
         }
         IdMode::Identity | IdMode::FakeRoot => {
@@ -356,9 +343,7 @@ pub fn enter_namespaces(mode: IdMode) -> Result<(u32, u32)> {
                     }
                 }
             }
-            write_file("/proc/self/setgroups", "deny")
-                .and_then(|_| write_file("/proc/self/uid_map", &format!("0 {uid} 1\n")))
-                .and_then(|_| write_file("/proc/self/gid_map", &format!("0 {gid} 1\n")))
+            sys::write_id_maps(&format!("0 {uid} 1"), &format!("0 {gid} 1"))
                 .map_err(|e| Error::Namespace(format!("cannot write the id maps: {e}")))?;
             Ok((0, 0))
         }

@@ -263,14 +263,7 @@ pub fn assemble(plan: &RootfsPlan<'_>) -> Result<()> {
 /// copy with their mount namespace and then [`extend_and_pivot`].
 pub fn prepare(plan: &RootfsPlan<'_>) -> Result<PathBuf> {
     // Nothing mounted from here on may propagate to the keeper or the host.
-    sys::mount(
-        None,
-        Path::new("/"),
-        None,
-        libc::MS_REC | libc::MS_SLAVE,
-        None,
-    )
-    .map_err(|e| mount_err("make rslave", Path::new("/"), e))?;
+    sys::make_rslave().map_err(|e| mount_err("make rslave", Path::new("/"), e))?;
     let stage = plan.stage;
     sys::mount(
         Some(Path::new("berth")),

@@ -320,6 +320,34 @@ pub fn cloexec_all_but_stdio() {
     }
 }
 
+/// Writes the id maps of the calling process's (fresh) user namespace:
+/// `setgroups` denied first (required to map groups unprivileged), then
+/// one `uid_map` and one `gid_map` line.
+pub fn write_id_maps(uid_line: &str, gid_line: &str) -> io::Result<()> {
+    let write = |path: &str, text: &str| -> io::Result<()> {
+        use std::io::Write;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)?
+            .write_all(text.as_bytes())
+    };
+    write("/proc/self/setgroups", "deny")?;
+    write("/proc/self/uid_map", &format!("{uid_line}\n"))?;
+    write("/proc/self/gid_map", &format!("{gid_line}\n"))
+}
+
+/// Makes every mount of the current mount namespace a slave, so nothing
+/// mounted from here on propagates back (to a keeper or the host).
+pub fn make_rslave() -> io::Result<()> {
+    mount(
+        None,
+        std::path::Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_SLAVE,
+        None,
+    )
+}
+
 /// Brings the loopback interface of the current network namespace up.
 pub fn loopback_up() -> io::Result<()> {
     // SAFETY: socket() has no memory effects; the descriptor is owned below.

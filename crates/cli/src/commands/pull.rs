@@ -44,6 +44,31 @@ pub fn registry_options(
     })
 }
 
+/// Pulls `reference` into `store` under its name, reporting progress
+/// (the body of `berth pull`, and of `berth run`'s pull of an unknown image).
+pub fn pull_into(
+    config: &berth_config::Config,
+    store: &berth_image::store::Store,
+    reference: &ImageRef,
+    platform: &Platform,
+    tls_verify: bool,
+    creds: Option<&str>,
+    quiet: bool,
+) -> Result<berth_image::store::StoredImage> {
+    let options = registry_options(reference, tls_verify, creds, config)?;
+    let registry = Registry::new(reference, options)?;
+    let reporter = Reporter::new(quiet, &reference.to_string());
+    let opts = ConvertOptions {
+        squashfs: &config.squashfs,
+        jobs: super::jobs(),
+        names: vec![reference.store_name()],
+        progress: &reporter,
+    };
+    let image = berth_image::pull::pull(store, &registry, reference, platform, &opts)?;
+    reporter.done(&image);
+    Ok(image)
+}
+
 /// Runs `berth pull`.
 pub fn run(ctx: &Context, args: PullArgs) -> Result<ExitCode> {
     let reference = ImageRef::parse(&args.reference)?;
@@ -53,22 +78,16 @@ pub fn run(ctx: &Context, args: PullArgs) -> Result<ExitCode> {
     };
     let config = ctx.config()?;
     let store = ctx.store(&config)?;
-    let options = registry_options(
-        &reference,
-        args.tls.tls_verify,
-        args.creds.as_deref(),
+    let tls = args.tls.tls_verify;
+    let image = pull_into(
         &config,
+        &store,
+        &reference,
+        &platform,
+        tls,
+        args.creds.as_deref(),
+        args.quiet,
     )?;
-    let registry = Registry::new(&reference, options)?;
-    let reporter = Reporter::new(args.quiet, &reference.to_string());
-    let opts = ConvertOptions {
-        squashfs: &config.squashfs,
-        jobs: super::jobs(),
-        names: vec![reference.store_name()],
-        progress: &reporter,
-    };
-    let image = berth_image::pull::pull(&store, &registry, &reference, &platform, &opts)?;
-    reporter.done(&image);
     println!("{}", image.record.id);
     Ok(ExitCode::SUCCESS)
 }

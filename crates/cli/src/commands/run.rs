@@ -51,13 +51,6 @@ fn finish(result: Result<i32>) -> Result<ExitCode> {
     }
 }
 
-/// Whether a reference names a registry explicitly (then an unknown image
-/// is pulled, as podman does).
-fn names_registry(image: &str) -> bool {
-    let first = image.split('/').next().unwrap_or_default();
-    image.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost")
-}
-
 fn find_or_pull(
     config: &Config,
     store: &Store,
@@ -66,20 +59,12 @@ fn find_or_pull(
 ) -> Result<StoredImage> {
     match store.find(image) {
         Ok(img) => Ok(img),
-        Err(berth_image::Error::ImageNotInStore(_)) if names_registry(image) => {
+        // A reference naming a registry is pulled first, as podman does.
+        Err(berth_image::Error::ImageNotInStore(_)) if berth_image::reference::names_registry(image) => {
             let reference = ImageRef::parse(image)?;
             eprintln!("berth: {image} is not in the store; pulling it");
-            let options = super::pull::registry_options(&reference, c.tls.tls_verify, None, config)?;
-            let registry = berth_image::registry::Registry::new(&reference, options)?;
-            let reporter = crate::progress::Reporter::new(false, &reference.to_string());
-            let opts = berth_image::pipeline::ConvertOptions {
-                squashfs: &config.squashfs,
-                jobs: super::jobs(),
-                names: vec![reference.store_name()],
-                progress: &reporter,
-            };
             let platform = berth_image::platform::Platform::host();
-            berth_image::pull::pull(store, &registry, &reference, &platform, &opts)?;
+            super::pull::pull_into(config, store, &reference, &platform, c.tls.tls_verify, None, false)?;
             // The pull started threads; the run path forks and enters
             // namespaces, which wants a single-threaded process: start over.
             reexec()

@@ -20,11 +20,12 @@ ROOT=$(cd "$HERE/.." && pwd)
 DELAYS="0 200 500 1000"
 RANKS="1 8"
 MODULES=300 FUNCTIONS=100 UTILS=100
+SMOKE=0
 while (($#)); do
     case $1 in
         --delays-us) DELAYS=$2; shift 2 ;;
         --ranks) RANKS=$2; shift 2 ;;
-        --smoke) DELAYS="0 500"; RANKS="1 2"; MODULES=20 FUNCTIONS=5 UTILS=5; shift ;;
+        --smoke) DELAYS="0 500"; RANKS="1 2"; MODULES=20 FUNCTIONS=5 UTILS=5; SMOKE=1; shift ;;
         -h|--help) sed -n 2,17p "$0"; exit 0 ;;
         *) echo "pynamic.sh: unknown option $1" >&2; exit 2 ;;
     esac
@@ -43,10 +44,11 @@ if [[ ! -e $BASE_LAYOUT/index.json ]]; then
 fi
 [[ -e $BASE_LAYOUT/index.json ]] || die "no base image at $BASE_LAYOUT"
 for t in umoci gcc /usr/bin/python3; do command -v "$t" >/dev/null || die "$t missing"; done
-[[ -x $ROOT/target/release/latencyfs && -x $ROOT/target/release/berth ]] \
-    || die "build first: cargo build --release -p berth -p berth-latencyfs"
+BIN_DIR=${BERTH_BENCH_BIN_DIR:-$ROOT/target/release}
+[[ -x $BIN_DIR/latencyfs && -x $BIN_DIR/berth ]] \
+    || die "no berth and latencyfs in $BIN_DIR: cargo build --release -p berth -p berth-latencyfs"
 install -d -m 0755 "$WORK" "$WORK/bin"
-install -m 0755 "$ROOT/target/release/latencyfs" "$ROOT/target/release/berth" "$WORK/bin/"
+install -m 0755 "$BIN_DIR/latencyfs" "$BIN_DIR/berth" "$WORK/bin/"
 
 # 1. The tree and the image.
 if [[ ! -e $WORK/tree.done ]]; then
@@ -101,10 +103,12 @@ sys.exit(1 if any(rc) else 0)
 PY
 }
 
-OUT=$ROOT/bench/results/pynamic-$(date -u +%Y%m%dT%H%M%SZ).json
+STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+OUT=$ROOT/bench/results/pynamic-$STAMP.json
+ROWS=$WORK/rows.jsonl
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 install -d "$ROOT/bench/results"
-echo "[" > "$OUT"
-first=1
+: > "$ROWS"
 printf '| delay us | metadata server | ranks | native s | berth image s | native/berth | native requests | berth requests |\n|---:|---|---:|---:|---:|---:|---:|---:|\n'
 for delay in $DELAYS; do
     for serial in 0 1; do
@@ -138,13 +142,32 @@ for delay in $DELAYS; do
             nreq=$((c1 - c0)); breq=$((c2 - c1))
             speed=$(awk "BEGIN{printf \"%.2f\", $native/$image}")
             printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$delay" "$mode" "$r" "$native" "$image" "$speed" "$nreq" "$breq"
-            ((first)) || echo "," >> "$OUT"; first=0
-            printf '{"delay_us":%s,"metadata_server":"%s","ranks":%s,"native_s":%s,"berth_s":%s,"native_requests":%s,"berth_requests":%s,"files":%s,"modules":%s,"functions":%s,"utils":%s}' \
-                "$delay" "$mode" "$r" "$native" "$image" "$nreq" "$breq" "$FILES" "$MODULES" "$FUNCTIONS" "$UTILS" >> "$OUT"
+            printf '{"delay_us":%s,"metadata_server":"%s","ranks":%s,"native_s":%s,"berth_s":%s,"native_requests":%s,"berth_requests":%s}\n' \
+                "$delay" "$mode" "$r" "$native" "$image" "$nreq" "$breq" >> "$ROWS"
         done
         unmount
         kill "$FS_PID" 2>/dev/null || true; wait "$FS_PID" 2>/dev/null || true; FS_PID=
     done
 done
-echo "]" >> "$OUT"
+# The rows with what they were measured on.
+python3 - "$ROWS" "$OUT" <<PY
+import json, os, platform, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+meta = {
+    "benchmark": "pynamic",
+    "time_utc": "$STAMP",
+    "smoke": bool($SMOKE),
+    "tree": {"files": $FILES, "modules": $MODULES, "functions": $FUNCTIONS, "utils": $UTILS},
+    "host": {
+        "kernel": platform.release(),
+        "cpus": os.cpu_count(),
+        "loadavg_before": "$LOAD_BEFORE",
+        "loadavg_after": " ".join(open("/proc/loadavg").read().split()[:3]),
+    },
+    "berth": {"version": "$("$WORK/bin/berth" --version 2>/dev/null | head -1)"},
+    "versions": {"python3": platform.python_version(), "latencyfs": "tools/latencyfs"},
+    "rows": rows,
+}
+json.dump(meta, open(sys.argv[2], "w"), indent=1)
+PY
 log "results: $OUT"

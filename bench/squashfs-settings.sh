@@ -11,10 +11,11 @@
 set -Eeuo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 RUNS=10
+SMOKE=0
 while (($#)); do
     case $1 in
         --runs) RUNS=$2; shift 2 ;;
-        --smoke) RUNS=2; shift ;;
+        --smoke) RUNS=2; SMOKE=1; shift ;;
         -h|--help) sed -n 2,10p "$0"; exit 0 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
@@ -32,7 +33,7 @@ if [[ $(curl -s -o /dev/null -w '%{http_code}' "http://${REF%%/*}/v2/${REF#*/}" 
 fi
 BIN=$WORK/bin/berth-settings
 install -d -m 0755 "$WORK/bin" "$HERE/results"
-install -m 0755 "${BERTH_BIN:-$HERE/../target/release/berth}" "$BIN"
+install -m 0755 "${BERTH_BENCH_BIN_DIR:-$HERE/../target/release}/berth" "$BIN"
 UID_N=$(id -u "$USER_NAME")
 RUN=$WORK/settings
 rm -rf "$RUN"; install -d -m 0755 -o "$USER_NAME" -g "$USER_NAME" "$RUN"
@@ -46,7 +47,8 @@ as_user() { "${AS_USER[@]}" "$@"; }
 ms() { python3 -c 'import sys,time; t=time.perf_counter(); import subprocess; subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL); print(f"{(time.perf_counter()-t)*1000:.1f}")' "$@"; }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
-CSV=$HERE/results/squashfs-settings-$(date -u +%Y%m%dT%H%M%SZ).csv
+STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+CSV=$HERE/results/squashfs-settings-$STAMP.csv
 echo "setting,pull_s,size_mb,first_python_ms,warm_python_ms" > "$CSV"
 printf '| setting | pull s | size MB | first python3 -c pass ms | warm ms (median of %s) |\n|---|---:|---:|---:|---:|\n' "$RUNS"
 for setting in zstd:3:131072 zstd:3:65536 zstd:1:131072 lz4::131072 gzip:6:131072 gzip:6:65536; do
@@ -63,5 +65,17 @@ for setting in zstd:3:131072 zstd:3:65536 zstd:1:131072 lz4::131072 gzip:6:13107
     echo "$setting,$(awk "BEGIN{print $pull/1000}"),$size,$first,$warm" >> "$CSV"
     printf '| %s | %.2f | %s | %s | %s |\n' "$setting" "$(awk "BEGIN{print $pull/1000}")" "$size" "$first" "$warm"
 done
+# The same as JSON, with what it was measured on, for the report.
+python3 - "$CSV" "${CSV%.csv}.json" <<PY
+import csv, json, os, platform, sys
+rows = [{"setting": r["setting"], "pull_s": float(r["pull_s"]), "size_mb": float(r["size_mb"]),
+         "first_python_ms": float(r["first_python_ms"]), "warm_python_ms": float(r["warm_python_ms"])}
+        for r in csv.DictReader(open(sys.argv[1]))]
+json.dump({"benchmark": "squashfs-settings", "time_utc": "$STAMP", "smoke": bool($SMOKE),
+           "image": "$REF", "warm_runs": $RUNS,
+           "host": {"kernel": platform.release(), "cpus": os.cpu_count()},
+           "berth": {"version": "$("$BIN" --version 2>/dev/null | head -1)"},
+           "rows": rows}, open(sys.argv[2], "w"), indent=1)
+PY
 echo
 echo "CSV: $CSV"

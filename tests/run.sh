@@ -34,4 +34,21 @@ BERTH_IT_REQUIRED=1 cargo test --workspace --locked 2>&1 | tee "$log" || status=
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
 rm -f "$log"
+
+# Benchmarks are not tests (no pass or fail on time), but one short round of
+# each runs here so that the suite cannot rot: the scripts, their peers'
+# set-up, the result files and the report generator. Debug binaries are
+# enough for that. BERTH_SKIP_BENCH_SMOKE=1 skips it.
+if [[ ${BERTH_SKIP_BENCH_SMOKE:-0} != 1 ]]; then
+    echo "== benchmark smoke run (bench/run.sh --smoke)"
+    bench_status=0
+    { cargo build --workspace --locked -q &&
+      bash bench/run.sh --smoke --bin-dir target/debug; } || bench_status=$?
+    if ((bench_status == 0)); then
+        echo "benchmarks (smoke): ok"
+    else
+        echo "benchmarks (smoke): failed"
+        status=1
+    fi
+fi
 exit "$status"

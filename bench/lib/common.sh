@@ -131,25 +131,8 @@ ensure_registry() {
     registry_up || die "registry on $REGISTRY still not answering"
 }
 
-# debian_mirror: the first URI of the apt source that serves bookworm itself
-# (deb822 .sources first, then one-line sources.list).
-debian_mirror() {
-    local f uri
-    for f in /etc/apt/sources.list.d/*.sources; do
-        [[ -e $f ]] || continue
-        uri=$(awk '
-            /^[[:space:]]*$/ { if (ok && uri != "") exit; ok = 0; uri = ""; next }
-            tolower($1) == "uris:"   { uri = $2 }
-            tolower($1) == "suites:" { for (i = 2; i <= NF; i++) if ($i == "bookworm") ok = 1 }
-            END { if (ok && uri != "") print uri }
-        ' "$f")
-        if [[ -n $uri ]]; then echo "$uri"; return 0; fi
-    done
-    cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | awk '
-        $1 == "deb" && / bookworm / && !found {
-            for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; found = 1; break }
-        }'
-}
+# shellcheck source=tests/setup/debian_mirror.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../tests/setup/debian_mirror.sh"
 
 # layout_manifest: the OCI layout's manifest for TAG.
 layout_manifest() {
@@ -173,6 +156,18 @@ bench_image() {
 
     if ((rebuild)); then rm -rf "$ROOTFS" "$ROOTFS.tmp" "$WORK/rootfs.done" "$LAYOUT" "$WORK/oci.done"; fi
 
+    # The test suite's set-up builds the same tree (minbase + python3) for
+    # its own image: when it is there and no mirror was asked for, copy it
+    # rather than run debootstrap again (CI runs both).
+    local it_cache=${BERTH_IT_CACHE:-/var/tmp/berth-it-cache}
+    if [[ ! -e $WORK/rootfs.done && -z $mirror && -e $it_cache/rootfs.done ]]; then
+        log "copying the test suite's Debian tree ($it_cache)"
+        rm -rf "$ROOTFS" "$ROOTFS.tmp" "$LAYOUT" "$WORK/oci.done"
+        cp -a "$it_cache/debian-python-rootfs" "$ROOTFS.tmp"
+        rm -rf "$ROOTFS.tmp/srv/app"   # the tests' working directory
+        mv "$ROOTFS.tmp" "$ROOTFS"
+        echo "copy of $it_cache/debian-python-rootfs" > "$WORK/rootfs.done"
+    fi
     if [[ ! -e $WORK/rootfs.done ]]; then
         [[ -n $mirror ]] || mirror=$(debian_mirror)
         [[ -n $mirror ]] || die "no bookworm source found in /etc/apt; pass --mirror URL"

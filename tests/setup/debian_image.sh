@@ -13,22 +13,8 @@ LAYOUT=$CACHE/debian-python-oci
 log() { echo "debian_image: $*"; }
 die() { echo "debian_image: ERROR: $*" >&2; exit 1; }
 
-# The first apt source that serves bookworm (deb822 or one-line format).
-debian_mirror() {
-    local f uri
-    for f in /etc/apt/sources.list.d/*.sources; do
-        [[ -e $f ]] || continue
-        uri=$(awk '
-            /^[[:space:]]*$/ { if (ok && uri != "") exit; ok = 0; uri = ""; next }
-            tolower($1) == "uris:"   { uri = $2 }
-            tolower($1) == "suites:" { for (i = 2; i <= NF; i++) if ($i == "bookworm") ok = 1 }
-            END { if (ok && uri != "") print uri }' "$f")
-        if [[ -n $uri ]]; then echo "$uri"; return 0; fi
-    done
-    cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | awk '
-        $1 == "deb" && / bookworm / && !found {
-            for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; found = 1; break } }'
-}
+# shellcheck source=tests/setup/debian_mirror.sh
+source "$(dirname "${BASH_SOURCE[0]}")/debian_mirror.sh"
 
 mkdir -p "$CACHE"
 if [[ ! -e $CACHE/rootfs.done ]]; then

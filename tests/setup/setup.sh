@@ -39,7 +39,7 @@ REPO=berth-test
 
 PACKAGES=(squashfs-tools-ng squashfs-tools skopeo umoci docker-registry
           apache2-utils busybox-static zstd squashfuse fuse3 jq python3
-          curl gzip debootstrap podman runc uidmap catatonit openssl)
+          curl gzip debootstrap podman runc uidmap catatonit openssl gcc libc6-dev)
 
 die() { echo "setup.sh: ERROR: $*" >&2; exit 1; }
 trap 'echo "setup.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
@@ -331,6 +331,10 @@ rm -f "$TMP_MAN"
 # The Debian + python3 image for the runtime tests (debootstrap, cached).
 "$HERE/debian_image.sh" "$REG_ANON" || die "building the Debian test image failed"
 
+# A fake NVIDIA driver tree, its CDI spec, and an image with a driver-API
+# probe, for the host-resource tests.
+"$HERE/fake_gpu.sh" "$BERTH_IT_DIR/fakegpu" "$REG_ANON" || die "building the fake GPU tree failed"
+
 # Rootless podman for the test user, to compare Docker semantics with
 # (see ../shared/notes: no systemd, so cgroupfs and file events; host
 # network; the loopback registry is plain HTTP). Its state stays under
@@ -372,6 +376,7 @@ BERTH_IT_REG_ANON_STORAGE=$REG_DIR/anon/storage
 BERTH_IT_REG_AUTH_STORAGE=$REG_DIR/auth/storage
 BERTH_IT_REG_TOKEN_STORAGE=$REG_DIR/token/storage
 BERTH_IT_PODMAN_HOME=$PODMAN_HOME
+BERTH_IT_FAKEGPU=$BERTH_IT_DIR/fakegpu
 EOF
 chmod 0644 "$BERTH_IT_DIR/env.tmp"
 mv "$BERTH_IT_DIR/env.tmp" "$BERTH_IT_DIR/env"

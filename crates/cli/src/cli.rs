@@ -69,6 +69,8 @@ pub enum Command {
     Login(LoginArgs),
     /// Remove stored credentials for a registry.
     Logout(LogoutArgs),
+    /// List the site's modules and CDI devices (what --module, --gpus and --device can inject).
+    Modules(ModulesArgs),
 }
 
 impl Command {
@@ -118,6 +120,18 @@ pub struct ContainerArgs {
     /// Print each start-up phase in microseconds (also BERTH_TIMING=1).
     #[arg(long)]
     pub timing: bool,
+    /// GPUs: all, indices (0,1) or UUIDs; through the node's CDI spec when there is one, else driver discovery.
+    #[arg(long, value_name = "all|LIST")]
+    pub gpus: Option<String>,
+    /// A CDI device (vendor.com/class=NAME) or a host device node (/dev/PATH[:/dev/TARGET]).
+    #[arg(long = "device", value_name = "NAME")]
+    pub devices: Vec<String>,
+    /// Apply a site module (see `berth modules`); repeat or separate with commas.
+    #[arg(long = "module", value_name = "NAME", value_delimiter = ',')]
+    pub modules: Vec<String>,
+    /// Replace the image's MPI with the host's (the site's MPI module).
+    #[arg(long)]
+    pub mpi: bool,
     /// TLS options, for pulling an unknown image.
     #[command(flatten)]
     pub tls: TlsArgs,
@@ -144,6 +158,9 @@ pub struct RunArgs {
     /// A name for the container (shown in messages).
     #[arg(long)]
     pub name: Option<String>,
+    /// Print what the run would do (command, environment, binds, injected host resources) as JSON, and start nothing.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Image name, id or registry reference.
     pub image: String,
     /// Command and arguments (default: the image's ENTRYPOINT and CMD).
@@ -193,6 +210,14 @@ pub struct ImportArgs {
     /// Print only the image id.
     #[arg(long, short)]
     pub quiet: bool,
+}
+
+/// `berth modules`.
+#[derive(Debug, Args)]
+pub struct ModulesArgs {
+    /// Output format: table or json.
+    #[arg(long, default_value = "table", value_parser = ["table", "json"])]
+    pub format: String,
 }
 
 /// `berth images`.

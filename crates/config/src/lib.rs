@@ -114,15 +114,32 @@ pub struct ConfigFile {
     pub squashfs: Option<SquashfsSettings>,
     /// Run-time settings.
     pub runtime: Option<RuntimeSettings>,
+    /// Where host resources are found (`[host]`: CDI spec directories,
+    /// loader cache, device and program directories, module directory);
+    /// read by berth-inject, which names its keys.
+    #[serde(default)]
+    pub host: toml::Table,
+    /// Site modules defined inline (`[modules.NAME]`), as written.
+    #[serde(default, rename = "modules")]
+    modules_table: toml::Table,
+    /// Inline modules with the file that defines them.
+    #[serde(skip)]
+    pub modules: Vec<(PathBuf, toml::Table)>,
 }
 
 impl ConfigFile {
-    /// Parses one file's text; `path` only names the file in errors.
+    /// Parses one file's text; `path` names the file in errors and as the
+    /// source of its inline modules.
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let mut f: ConfigFile = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
             message: e.to_string().trim().replace('\n', " "),
-        })
+        })?;
+        if !f.modules_table.is_empty() {
+            let table = std::mem::take(&mut f.modules_table);
+            f.modules.push((path.to_path_buf(), table));
+        }
+        Ok(f)
     }
 
     /// Reads and parses a file; a missing file is an empty config.
@@ -155,6 +172,8 @@ impl ConfigFile {
             (None, Some(theirs)) => self.runtime = Some(theirs),
             _ => {}
         }
+        self.host.extend(over.host);
+        self.modules.extend(over.modules);
         self
     }
 }
@@ -236,6 +255,12 @@ pub struct Config {
     pub squashfs: SquashfsSettings,
     /// Run-time settings.
     pub runtime: RuntimeSettings,
+    /// `[host]` keys, merged (a later file's key wins).
+    pub host: toml::Table,
+    /// Inline modules, with the file of each table.
+    pub modules: Vec<(PathBuf, toml::Table)>,
+    /// The system config file's path (its directory holds `modules.d`).
+    pub system_config: PathBuf,
     /// Where the config came from, for `berth info` and error messages.
     pub files: Vec<PathBuf>,
 }
@@ -284,6 +309,9 @@ impl Config {
             insecure_registries: file.insecure_registries,
             squashfs: file.squashfs.unwrap_or_default(),
             runtime: file.runtime.unwrap_or_default(),
+            host: file.host,
+            modules: file.modules,
+            system_config: env.system_config_path(),
             files,
         })
     }
@@ -353,6 +381,23 @@ mod tests {
         assert!(c.is_insecure("reg:5000") && c.is_insecure("localhost:5000"));
         assert_eq!(c.squashfs.compressor, "lz4");
         assert_eq!(c.squashfs.block_size, 128 * 1024);
+    }
+
+    #[test]
+    fn host_keys_merge_and_inline_modules_keep_their_file() {
+        let site = ConfigFile::parse(
+            "[host]\nld_cache = \"/etc/ld.so.cache\"\ndev_dir = \"/dev\"\n[modules.cxi]\nwhen = \"always\"\n",
+            Path::new("/etc/berth/berth.toml"),
+        )
+        .unwrap();
+        let user =
+            ConfigFile::parse("[host]\ndev_dir = \"/fake/dev\"\n", Path::new("user")).unwrap();
+        let c = Config::from_parts(None, &env(), site.merge(user), vec![]).unwrap();
+        assert_eq!(c.host["dev_dir"].as_str(), Some("/fake/dev"));
+        assert_eq!(c.host["ld_cache"].as_str(), Some("/etc/ld.so.cache"));
+        assert_eq!(c.modules.len(), 1);
+        assert_eq!(c.modules[0].0, PathBuf::from("/etc/berth/berth.toml"));
+        assert!(c.modules[0].1.contains_key("cxi"));
     }
 
     #[test]

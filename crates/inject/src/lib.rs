@@ -1,7 +1,241 @@
-//! berth's host-resource injection (GPUs, MPI, interconnects).
+//! berth's host-resource injection: what a run gets from the host for
+//! GPUs, MPI and interconnects, worked out before the container starts.
 //!
-//! - [`ldcache`]: reading the host's `/etc/ld.so.cache` directly, the way
-//!   the dynamic loader does, to find driver and MPI libraries without
-//!   running `ldconfig -p`.
+//! - [`module`]: site modules (`/etc/berth/modules.d/NAME.toml`).
+//! - [`cdi`]: Container Device Interface specs (`--device vendor.com/class=NAME`).
+//! - [`gpu`]: NVIDIA and AMD discovery when no CDI spec exists (`--gpus`).
+//! - [`ldcache`]: the host's `/etc/ld.so.cache`, read directly.
+//! - [`plan`]: the result, applied by the runtime and shown by
+//!   `berth run --dry-run`.
+//!
+//! Injected libraries are bound into one directory, [`plan::LIB_DIR`],
+//! which goes first on `LD_LIBRARY_PATH`. The alternative, regenerating the
+//! image's `/etc/ld.so.cache` in the container's writable layer, means
+//! running the image's `ldconfig` at every start (it reads every library
+//! directory of the image: tens of milliseconds, against a start budget of
+//! a few) and needs an image that has `ldconfig`; `LD_LIBRARY_PATH` costs
+//! nothing and leaves the image's own libraries where its cache says. Its
+//! one weakness, a program that clears `LD_LIBRARY_PATH`, is what modules'
+//! `library_dirs` and CDI mounts at the image's own library paths are for.
 
+pub mod cdi;
+pub mod error;
+pub mod gpu;
+pub mod host;
 pub mod ldcache;
+pub mod module;
+pub mod plan;
+
+pub use error::InjectError;
+pub use host::HostPaths;
+pub use plan::Plan;
+
+use module::{Module, When};
+
+/// What a run asks for.
+#[derive(Debug, Clone, Default)]
+pub struct Request {
+    /// `--gpus`.
+    pub gpus: Option<gpu::Selection>,
+    /// `--device`: CDI names or host device paths (`SRC[:DST]`).
+    pub devices: Vec<String>,
+    /// `--module`.
+    pub modules: Vec<String>,
+    /// `--mpi`.
+    pub mpi: bool,
+}
+
+/// A host's injection settings: where to look, and its modules.
+#[derive(Debug, Clone, Default)]
+pub struct Site {
+    /// Discovery paths.
+    pub host: HostPaths,
+    /// Every module defined.
+    pub modules: Vec<Module>,
+}
+
+impl Site {
+    /// The modules of `host.modules_dir` plus `inline` ones (from
+    /// berth.toml's `[modules.NAME]`).
+    pub fn load(host: HostPaths, inline: Vec<Module>) -> Result<Site, InjectError> {
+        let modules = module::all(&host, inline)?;
+        Ok(Site { host, modules })
+    }
+
+    /// Everything `req` gets on this host: [`Site::always`] then
+    /// [`Site::requested`].
+    pub fn plan(&self, req: &Request) -> Result<Plan, InjectError> {
+        let mut plan = self.always()?;
+        plan.extend(self.requested(req)?);
+        Ok(plan)
+    }
+
+    /// What every run gets: the modules that apply always. The same for
+    /// all of a user's runs, so the keeper can prepare its binds once.
+    pub fn always(&self) -> Result<Plan, InjectError> {
+        let mut plan = Plan::default();
+        for m in self.modules.iter().filter(|m| m.def.when == When::Always) {
+            m.apply(&mut plan, false)?;
+        }
+        Ok(plan)
+    }
+
+    /// What this run asks for: GPUs (CDI when a spec exists, else
+    /// discovery) and the modules for GPUs, devices, the MPI modules, then
+    /// the modules asked for by name (those that apply always are already
+    /// in [`Site::always`]).
+    pub fn requested(&self, req: &Request) -> Result<Plan, InjectError> {
+        let mut plan = Plan::default();
+        // CDI specs are read once, and only when something needs them.
+        let dirs = &self.host.cdi_spec_dirs;
+        let mut cdi: Option<cdi::Registry> = None;
+        if let Some(sel) = &req.gpus {
+            let r = cdi.get_or_insert_with(|| cdi::Registry::load(dirs));
+            match gpu::CDI_KINDS.iter().find(|k| r.has_kind(k)) {
+                Some(kind) => {
+                    let names = gpu_cdi_names(r, kind, sel);
+                    r.apply(&names, &mut plan)?;
+                }
+                None => gpu::discover(sel, &self.host, &mut plan)?,
+            }
+            for m in self.modules.iter().filter(|m| m.def.when == When::Gpus) {
+                m.apply(&mut plan, true)?;
+            }
+        }
+        let (paths, names): (Vec<&String>, Vec<&String>) =
+            req.devices.iter().partition(|d| d.starts_with('/'));
+        for p in paths {
+            host_device(p, &mut plan)?;
+        }
+        if !names.is_empty() {
+            let r = cdi.get_or_insert_with(|| cdi::Registry::load(dirs));
+            let names: Vec<String> = names.into_iter().cloned().collect();
+            r.apply(&names, &mut plan)?;
+        }
+        if req.mpi {
+            let mpi: Vec<&Module> = self
+                .modules
+                .iter()
+                .filter(|m| m.def.when == When::Mpi)
+                .collect();
+            if mpi.is_empty() {
+                return Err(InjectError::Mpi(format!(
+                    "no MPI module is defined on this node (a module with when = \"mpi\" in {}); run without --mpi to use the image's own MPI, or ask your site's administrator",
+                    self.host.modules_dir.display()
+                )));
+            }
+            for m in mpi {
+                m.apply(&mut plan, true)?;
+            }
+        }
+        for name in &req.modules {
+            let m = self
+                .modules
+                .iter()
+                .find(|m| &m.name == name)
+                .ok_or_else(|| InjectError::UnknownModule {
+                    name: name.clone(),
+                    known: if self.modules.is_empty() {
+                        "none".into()
+                    } else {
+                        self.modules
+                            .iter()
+                            .map(|m| m.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    },
+                })?;
+            if m.def.when != When::Always && !plan.applied.contains(&format!("module:{name}")) {
+                m.apply(&mut plan, true)?;
+            }
+        }
+        Ok(plan)
+    }
+}
+
+/// `--gpus` as CDI names of `kind`: the spec's `all` device when it has
+/// one, else every device of the kind; or the listed ones.
+fn gpu_cdi_names(r: &cdi::Registry, kind: &str, sel: &gpu::Selection) -> Vec<String> {
+    let of_kind: Vec<String> = r
+        .device_names()
+        .into_iter()
+        .filter(|n| n.split_once('=').is_some_and(|(k, _)| k == kind))
+        .collect();
+    match sel {
+        gpu::Selection::All => {
+            let all = format!("{kind}=all");
+            if of_kind.contains(&all) {
+                vec![all]
+            } else {
+                of_kind
+            }
+        }
+        gpu::Selection::List(items) => items.iter().map(|i| format!("{kind}={i}")).collect(),
+    }
+}
+
+/// `--device /dev/PATH[:/dev/TARGET[:PERMS]]`: a host device node.
+fn host_device(spec: &str, plan: &mut Plan) -> Result<(), InjectError> {
+    let mut parts = spec.splitn(3, ':');
+    let src = parts.next().unwrap_or_default();
+    let dst = parts.next().filter(|d| !d.is_empty()).unwrap_or(src);
+    if !dst.starts_with('/') || dst.split('/').any(|c| c == "..") {
+        return Err(InjectError::DeviceName {
+            name: spec.to_string(),
+            reason: "the container path must be absolute, without `..`".into(),
+        });
+    }
+    let source = std::path::PathBuf::from(src);
+    if module::kind_of(&source) != Some(plan::MountKind::Device) {
+        return Err(InjectError::DeviceNode {
+            origin: format!("--device {spec}"),
+            path: source,
+            reason: "not a character or block device on this node".into(),
+        });
+    }
+    plan.mount(plan::Mount {
+        source,
+        target: dst.to_string(),
+        kind: plan::MountKind::Device,
+        readonly: false,
+        origin: format!("device:{src}"),
+    });
+    plan.applied.push(format!("device:{src}"));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_devices_and_unknown_modules() {
+        let mut plan = Plan::default();
+        host_device("/dev/null:/dev/fake0", &mut plan).unwrap();
+        assert_eq!(plan.mounts[0].target, "/dev/fake0");
+        let err = host_device("/etc/passwd", &mut plan)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not a character or block device"), "{err}");
+        let site = Site::default();
+        let err = site
+            .plan(&Request {
+                modules: vec!["cray-mpich".into()],
+                ..Request::default()
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("cray-mpich") && err.contains("berth modules"),
+            "{err}"
+        );
+        let err = site
+            .plan(&Request {
+                mpi: true,
+                ..Request::default()
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no MPI module"), "{err}");
+    }
+}

@@ -32,6 +32,10 @@ pub struct Bind {
     pub readonly: bool,
     /// How the user wrote it, for messages.
     pub spec: String,
+    /// A device node: bound as it is, without `nodev` (the bind of an
+    /// injected GPU or network device).
+    #[serde(default)]
+    pub device: bool,
 }
 
 /// What the root file system needs.
@@ -198,9 +202,30 @@ fn bind(
         .map_err(|e| mount_err("remount bind", Path::new(target), e))
 }
 
+/// Binds a host device node onto `target` inside `root`. No remount: the
+/// bind keeps the host mount's flags (devtmpfs allows devices), where
+/// berth's other binds add `nodev`.
+fn bind_device(source: &Path, root: &OwnedFd, target: &str) -> Result<()> {
+    let under = resolve_target(root, target, TargetKind::File)?;
+    sys::mount(Some(source), &fd_path(&under), None, libc::MS_BIND, None).map_err(|e| {
+        mount_err(
+            &format!("bind device {}", source.display()),
+            Path::new(target),
+            e,
+        )
+    })
+}
+
 /// Mounts the user's binds in order; a file source gets a file mount point.
 fn user_binds(root: &OwnedFd, binds: &[Bind]) -> Result<()> {
     for b in binds {
+        if b.device {
+            bind_device(&b.source, root, &b.target).map_err(|e| Error::Bind {
+                spec: b.spec.clone(),
+                reason: e.to_string(),
+            })?;
+            continue;
+        }
         let kind = if fs::metadata(&b.source).map(|m| m.is_dir()).unwrap_or(true) {
             TargetKind::Dir
         } else {

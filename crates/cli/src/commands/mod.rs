@@ -3,6 +3,7 @@
 mod images;
 mod import;
 mod login;
+mod modules;
 mod pull;
 mod run;
 
@@ -36,6 +37,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Check => images::check(&ctx),
         Command::Login(a) => login::login(&ctx, a),
         Command::Logout(a) => login::logout(a),
+        Command::Modules(a) => modules::list(&ctx, a),
     }
 }
 
@@ -69,6 +71,9 @@ pub fn describe_error(e: &anyhow::Error) -> (u8, String) {
     }
     if e.downcast_ref::<ConfigError>().is_some() {
         return (EXIT_CONFIG, format!("{e:#}"));
+    }
+    if let Some(ie) = e.downcast_ref::<berth_inject::InjectError>() {
+        return (modules::exit_code(ie), format!("{e:#}"));
     }
     (EXIT_OTHER, format!("{e:#}"))
 }

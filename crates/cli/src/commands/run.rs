@@ -24,7 +24,14 @@ pub fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
         args: args.command.clone(),
         ..UserRequest::default()
     };
-    finish(start(ctx, &args.container, &args.image, request, started))
+    finish(start(
+        ctx,
+        &args.container,
+        &args.image,
+        request,
+        started,
+        args.dry_run,
+    ))
 }
 
 /// `berth shell`: the image's bash if it has one, else sh.
@@ -38,7 +45,14 @@ pub fn shell(ctx: &Context, args: ShellArgs) -> Result<ExitCode> {
         ],
         ..UserRequest::default()
     };
-    finish(start(ctx, &args.container, &args.image, request, started))
+    finish(start(
+        ctx,
+        &args.container,
+        &args.image,
+        request,
+        started,
+        false,
+    ))
 }
 
 fn finish(result: Result<i32>) -> Result<ExitCode> {
@@ -136,6 +150,7 @@ fn parse_volume(spec: &str, cwd: &Path) -> Result<Bind> {
         target,
         readonly,
         spec: spec.to_string(),
+        device: false,
     })
 }
 
@@ -162,7 +177,14 @@ fn in_mount_order(binds: Vec<Bind>) -> Vec<Bind> {
     dedup
 }
 
-fn binds(config: &Config, c: &ContainerArgs, home: Option<&Path>, cwd: &Path) -> Result<RunBinds> {
+fn binds(
+    config: &Config,
+    c: &ContainerArgs,
+    home: Option<&Path>,
+    cwd: &Path,
+    site_always: Vec<Bind>,
+    injected: Vec<Bind>,
+) -> Result<RunBinds> {
     let mut common: Vec<Bind> = Vec::new();
     for site in &config.runtime.binds {
         match parse_volume(site, Path::new("/")) {
@@ -177,6 +199,7 @@ fn binds(config: &Config, c: &ContainerArgs, home: Option<&Path>, cwd: &Path) ->
             target: h.to_string_lossy().into_owned(),
             readonly: false,
             spec: "home".to_string(),
+            device: false,
         });
     }
     if Path::new("/tmp").is_dir() {
@@ -185,8 +208,10 @@ fn binds(config: &Config, c: &ContainerArgs, home: Option<&Path>, cwd: &Path) ->
             target: "/tmp".to_string(),
             readonly: false,
             spec: "/tmp".to_string(),
+            device: false,
         });
     }
+    common.extend(site_always);
     let common = in_mount_order(common);
     let mut extra: Vec<Bind> = Vec::new();
     let covered = common.iter().any(|b| cwd.starts_with(&b.target));
@@ -196,11 +221,15 @@ fn binds(config: &Config, c: &ContainerArgs, home: Option<&Path>, cwd: &Path) ->
             target: cwd.to_string_lossy().into_owned(),
             readonly: false,
             spec: "current directory".to_string(),
+            device: false,
         });
     }
     for v in &c.volumes {
         extra.push(parse_volume(v, cwd)?);
     }
+    // Host resources last: a module's or a device's bind wins over a -v of
+    // the same path.
+    extra.extend(injected);
     let extra = in_mount_order(extra);
     let all = in_mount_order(common.iter().chain(extra.iter()).cloned().collect());
     Ok(RunBinds { common, extra, all })
@@ -275,6 +304,51 @@ fn remember(img: &StoredImage) {
     }
 }
 
+/// An injection plan's binds as the runtime's.
+fn to_binds(plan: &berth_inject::Plan) -> Vec<Bind> {
+    plan.binds()
+        .into_iter()
+        .map(|m| Bind {
+            device: m.kind == berth_inject::plan::MountKind::Device,
+            source: m.source,
+            target: m.target,
+            readonly: m.readonly,
+            spec: m.origin,
+        })
+        .collect()
+}
+
+/// What the site's modules add to every run, and what `--gpus`,
+/// `--device`, `--module` and `--mpi` add to this one. Warnings go to
+/// stderr; hooks are not run yet.
+fn inject(config: &Config, c: &ContainerArgs) -> Result<(berth_inject::Plan, berth_inject::Plan)> {
+    let site = super::modules::site(config)?;
+    let request = berth_inject::Request {
+        gpus: c
+            .gpus
+            .as_deref()
+            .map(berth_inject::gpu::Selection::parse)
+            .transpose()?,
+        devices: c.devices.clone(),
+        modules: c.modules.clone(),
+        mpi: c.mpi,
+    };
+    let always = site.always()?;
+    let requested = site.requested(&request)?;
+    for plan in [&always, &requested] {
+        for w in &plan.warnings {
+            eprintln!("berth: warning: {w}");
+        }
+        for h in &plan.hooks {
+            eprintln!(
+                "berth: warning: {}: the {} hook {} is not run (berth does not run CDI hooks yet)",
+                h.origin, h.stage, h.path
+            );
+        }
+    }
+    Ok((always, requested))
+}
+
 fn host_env() -> Vec<(String, String)> {
     std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
@@ -287,6 +361,7 @@ fn start(
     image: &str,
     mut request: UserRequest,
     started: Instant,
+    dry_run: bool,
 ) -> Result<i32> {
     let config = ctx.config()?;
     let mut image_file = None;
@@ -381,9 +456,44 @@ fn start(
         ("HOSTNAME".to_string(), hostname),
         ("container".to_string(), "berth".to_string()),
     ];
-    let env = semantics::environment(&defaults, &request, &host_env(), &fixed)?;
+    let mut env = semantics::environment(&defaults, &request, &host_env(), &fixed)?;
     let workdir = semantics::workdir(&defaults, &request, cwd.to_str())?;
-    let run_binds = binds(&config, c, home.as_deref(), &cwd)?;
+    // Host resources: what every run gets (site modules that apply
+    // always: prepared once, with the user's other common binds) and what
+    // this run asks for.
+    let (always, requested) = inject(&config, c)?;
+    always.apply_env(&mut env);
+    requested.apply_env(&mut env);
+    let run_binds = binds(
+        &config,
+        c,
+        home.as_deref(),
+        &cwd,
+        to_binds(&always),
+        to_binds(&requested),
+    )?;
+    // A run with its own device or library binds does not use the keeper's
+    // prepared root: their mount points would stay behind in the shared
+    // /dev and upper layer, where later runs would find them.
+    let use_template = !c.no_home && requested.binds().is_empty();
+    let mut plan = always;
+    plan.extend(requested);
+    if dry_run {
+        let out = serde_json::json!({
+            "image": {
+                "id": img.record.id,
+                "squashfs": img.squashfs_path(),
+            },
+            "argv": argv,
+            "env": env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
+            "workdir": workdir,
+            "binds": run_binds.all,
+            "writable": c.writable,
+            "injected": plan,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(0);
+    }
     let (passwd_line, group_line) = match mode {
         IdMode::Identity => {
             let gecos = pw
@@ -421,7 +531,7 @@ fn start(
         berth_exe: std::env::current_exe()?,
         timing,
         started,
-        template: (!c.no_home).then(|| berth_runtime::keeper::Template {
+        template: use_template.then(|| berth_runtime::keeper::Template {
             binds: run_binds.common.clone(),
             passwd_line: passwd_line.clone(),
             group_line: group_line.clone(),

@@ -5,6 +5,7 @@
 mod harness;
 mod tree;
 
+mod host_inject;
 mod image_import;
 mod image_pull;
 mod image_safety;

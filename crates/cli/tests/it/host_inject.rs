@@ -1,0 +1,226 @@
+//! Host resources: GPUs by discovery and through CDI, `--device`, site
+//! modules, `--mpi` without a module, `berth modules`, `--dry-run`. The
+//! driver is setup.sh's fake tree (`fake_gpu.sh`: a libcuda.so.1 stand-in,
+//! a fake nvidia-smi, null-device nodes made with mknod, a CDI spec); the
+//! image runs a probe that dlopens libcuda.so.1 and calls into it.
+
+use std::fs;
+use std::path::PathBuf;
+
+use crate::harness::Sandbox;
+use crate::need_env;
+
+fn probe(sb: &Sandbox) -> String {
+    let r = format!("{}/berth-test/gpu-probe:latest", sb.env.anon());
+    sb.run(&["pull", "-q", "--tls-verify=false", &r]).ok();
+    r
+}
+
+fn fake(sb: &Sandbox) -> PathBuf {
+    PathBuf::from(sb.env.var("BERTH_IT_FAKEGPU"))
+}
+
+/// The site config: the fake tree's paths, with `cdi` as the spec directory.
+fn site(sb: &Sandbox, cdi: &str) {
+    let f = fake(sb);
+    let text = format!(
+        "[host]\ncdi_spec_dirs = [\"{f}/{cdi}\"]\nld_cache = \"{f}/ld.so.cache\"\ndev_dir = \"{f}/dev\"\nbin_dirs = [\"{f}/bin\"]\nnvidia_proc = \"{f}/proc\"\n",
+        f = f.display()
+    );
+    fs::write(sb.dir.path().join("no-site-config.toml"), text).unwrap();
+}
+
+fn sh(sb: &Sandbox, image: &str, extra: &[&str], script: &str) -> crate::harness::Out {
+    let mut args = vec!["run"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&[image, "/bin/sh", "-c", script]);
+    sb.run(&args)
+}
+
+/// Whether the output lists `word` (the `ls /dev` line).
+fn lists(out: &str, word: &str) -> bool {
+    out.split_whitespace().any(|w| w == word)
+}
+
+const SHOW: &str = "cuda-probe; nvidia-smi | head -1; ls /dev | grep nvidia | tr '\\n' ' '; echo; echo \"lib=$LD_LIBRARY_PATH visible=$NVIDIA_VISIBLE_DEVICES cdi=$FAKE_CDI_SPEC\"";
+
+#[test]
+fn gpus_by_driver_discovery() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    site(&sb, "cdi-empty");
+    let img = probe(&sb);
+
+    let out = sh(&sb, &img, &["--gpus", "all"], SHOW).ok().stdout();
+    assert!(
+        out.contains("cuInit=0 cuDeviceGetCount=0 devices=2 libcuda=/.berth/lib/libcuda.so.1"),
+        "{out}"
+    );
+    assert!(out.contains("Fake GPU"), "nvidia-smi not injected: {out}");
+    assert!(
+        out.contains("nvidia-caps nvidia-uvm nvidia0 nvidia1 nvidiactl"),
+        "{out}"
+    );
+    assert!(out.contains("lib=/.berth/lib visible=all cdi="), "{out}");
+
+    // One GPU, by index and by UUID: the container sees only that one.
+    let out = sh(&sb, &img, &["--gpus", "1"], SHOW).ok().stdout();
+    assert!(out.contains("devices=1") && lists(&out, "nvidia1"), "{out}");
+    assert!(!lists(&out, "nvidia0"), "{out}");
+    assert!(!out.contains("nvidia0"), "{out}");
+    let out = sh(&sb, &img, &["--gpus", "GPU-fake-0000"], SHOW)
+        .ok()
+        .stdout();
+    assert!(out.contains("devices=1") && lists(&out, "nvidia0"), "{out}");
+
+    // Without --gpus the container has no driver, and nothing of the GPU
+    // runs before it stayed behind (no device mount points, no /.berth).
+    let out = sh(&sb, &img, &[], "ls /dev; ls -d /.berth 2>&1").stdout();
+    assert!(!out.contains("nvidia"), "{out}");
+    assert!(out.contains("No such file"), "{out}");
+    let out = sh(&sb, &img, &[], "cuda-probe");
+    assert_eq!(out.code(), 2, "{}", out.stderr());
+    assert!(
+        out.stderr().contains("dlopen libcuda.so.1"),
+        "{}",
+        out.stderr()
+    );
+
+    sh(&sb, &img, &["--gpus", "5"], "true").fails(125, "GPU 5 is not on this node");
+    sh(&sb, &img, &["--gpus", "first"], "true").fails(125, "neither an index");
+}
+
+#[test]
+fn gpus_and_devices_through_cdi() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    site(&sb, "cdi");
+    let img = probe(&sb);
+    let out = sh(&sb, &img, &["--gpus", "all"], SHOW).ok().stdout();
+    // The spec mounts the library at the image's own library path.
+    assert!(
+        out.contains("devices=2 libcuda=") && out.contains("x86_64-linux-gnu/libcuda.so.1"),
+        "{out}"
+    );
+    assert!(
+        out.contains("cdi=yes") && out.contains("visible=void"),
+        "{out}"
+    );
+    assert!(out.contains("Fake GPU"), "{out}");
+    let out = sh(&sb, &img, &["--device", "nvidia.com/gpu=1"], SHOW)
+        .ok()
+        .stdout();
+    assert!(out.contains("devices=1") && lists(&out, "nvidia1"), "{out}");
+    assert!(!lists(&out, "nvidia0"), "{out}");
+    sh(&sb, &img, &["--device", "nvidia.com/gpu=7"], "true").fails(
+        125,
+        "defined: nvidia.com/gpu=0, nvidia.com/gpu=1, nvidia.com/gpu=all",
+    );
+    sh(&sb, &img, &["--device", "nvidia/gpu"], "true").fails(125, "vendor.com/class=NAME");
+
+    // A host device node by path, at another name.
+    let node = format!("{}/dev/nvidia-uvm:/dev/fabric0", fake(&sb).display());
+    let out = sh(
+        &sb,
+        &img,
+        &["--device", &node],
+        "echo ok > /dev/fabric0 && ls -l /dev/fabric0",
+    )
+    .ok()
+    .stdout();
+    assert!(out.starts_with('c'), "not a character device inside: {out}");
+    sh(&sb, &img, &["--device", "/etc/passwd"], "true")
+        .fails(125, "not a character or block device");
+}
+
+#[test]
+fn site_modules_and_mpi_without_one() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    site(&sb, "cdi-empty");
+    let f = fake(&sb);
+    let mods = sb.dir.path().join("modules.d");
+    fs::create_dir_all(&mods).unwrap();
+    fs::write(
+        mods.join("fabric.toml"),
+        format!(
+            "description = \"test interconnect\"\ndevices = [\"{f}/dev/nvidia-uvm:/dev/cxi0\"]\nlibraries = [\"{f}/lib/libnvidia-ml.so.1\"]\nbinds = [\"{f}/bin:/opt/fabric/bin\"]\n[env.set]\nFI_PROVIDER = \"cxi\"\n[env.prepend]\nPATH = \"/opt/fabric/bin\"\n",
+            f = f.display()
+        ),
+    )
+    .unwrap();
+    fs::write(
+        mods.join("always.toml"),
+        "description = \"every run\"\nwhen = \"always\"\n[env.set]\nSITE_ALWAYS = \"1\"\n",
+    )
+    .unwrap();
+    sb.chown_to_user(&mods);
+    let out = sb.run(&["modules"]).ok().stdout();
+    assert!(
+        out.contains("fabric") && out.contains("test interconnect"),
+        "{out}"
+    );
+    assert!(out.contains("always") && out.contains("every run"), "{out}");
+    let j = sb.run(&["modules", "--format", "json"]).ok().json();
+    assert_eq!(j["modules"].as_array().unwrap().len(), 2);
+
+    let img = probe(&sb);
+    let script = "ls -l /dev/cxi0; ls /.berth/lib; echo \"$FI_PROVIDER $SITE_ALWAYS\"; command -v nvidia-smi";
+    let out = sh(&sb, &img, &["--module", "fabric"], script).ok().stdout();
+    assert!(out.starts_with('c'), "{out}");
+    assert!(out.contains("libnvidia-ml.so.1"), "{out}");
+    assert!(out.contains("cxi 1"), "{out}");
+    assert!(out.contains("/opt/fabric/bin/nvidia-smi"), "{out}");
+    // Without --module only the always module applies.
+    let out = sh(&sb, &img, &[], "echo \"[$FI_PROVIDER] $SITE_ALWAYS\"")
+        .ok()
+        .stdout();
+    assert_eq!(out.trim(), "[] 1");
+
+    sh(&sb, &img, &["--module", "nope"], "true").fails(125, "no module \"nope\"");
+    sh(&sb, &img, &["--mpi"], "true").fails(125, "no MPI module is defined");
+
+    // A broken module file: berth modules says which and why (exit 3).
+    fs::write(mods.join("broken.toml"), "when = \"sometimes\"\n").unwrap();
+    sb.run(&["modules"]).fails(3, "broken.toml");
+}
+
+#[test]
+fn dry_run_shows_the_plan_and_starts_nothing() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    site(&sb, "cdi-empty");
+    let img = probe(&sb);
+    let j = sb
+        .run(&["run", "--dry-run", "--gpus", "0", &img, "cuda-probe"])
+        .ok()
+        .json();
+    assert_eq!(j["argv"][0], "cuda-probe");
+    assert_eq!(j["injected"]["applied"][0], "gpu:nvidia");
+    let binds = j["binds"].as_array().unwrap();
+    let device = |t: &str| {
+        binds
+            .iter()
+            .any(|b| b["target"] == t && b["device"] == true)
+    };
+    assert!(device("/dev/nvidia0") && device("/dev/nvidiactl"), "{j}");
+    assert!(!device("/dev/nvidia1"), "{j}");
+    assert!(
+        binds
+            .iter()
+            .any(|b| b["target"] == "/.berth/lib/libcuda.so.1"),
+        "{j}"
+    );
+    assert!(
+        j["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e == "LD_LIBRARY_PATH=/.berth/lib"),
+        "{j}"
+    );
+    // Nothing ran: no keeper was started for the image.
+    let keepers = sb.dir.path().join("run/berth/keepers");
+    let n = fs::read_dir(&keepers).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(n, 0, "a keeper was started for a dry run");
+}

@@ -1,0 +1,400 @@
+//! GPU discovery without a CDI spec, as Shifter's GPU support and
+//! Apptainer's `--nv`/`--rocm` do it: the driver's user-space libraries
+//! from the host's loader cache (read directly, see [`crate::ldcache`]),
+//! its tools from the program directories, its device nodes from `/dev`.
+
+use std::fs;
+
+use crate::error::InjectError;
+use crate::host::HostPaths;
+use crate::ldcache;
+use crate::module::kind_of;
+use crate::plan::{EnvOp, Library, Mount, MountKind, Plan};
+
+/// Which GPUs a run gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selection {
+    /// Every GPU of the node.
+    All,
+    /// Indices (`0`) or UUIDs (`GPU-...`, `MIG-...`), in the order given.
+    List(Vec<String>),
+}
+
+impl Selection {
+    /// Parses `all` or a comma-separated list.
+    pub fn parse(s: &str) -> Result<Selection, InjectError> {
+        let s = s.trim();
+        if s == "all" {
+            return Ok(Selection::All);
+        }
+        let items: Vec<String> = s.split(',').map(|i| i.trim().to_string()).collect();
+        for i in &items {
+            let ok = i.chars().all(|c| c.is_ascii_digit()) && !i.is_empty()
+                || i.starts_with("GPU-")
+                || i.starts_with("MIG-");
+            if !ok {
+                return Err(InjectError::Gpu {
+                    selection: s.to_string(),
+                    reason: format!(
+                        "{i:?} is neither an index (0) nor a UUID (GPU-..., as nvidia-smi -L shows); use all, 0,1 or UUIDs"
+                    ),
+                });
+            }
+        }
+        Ok(Selection::List(items))
+    }
+
+    /// As the user wrote it (for `NVIDIA_VISIBLE_DEVICES`).
+    pub fn as_env(&self) -> String {
+        match self {
+            Selection::All => "all".into(),
+            Selection::List(l) => l.join(","),
+        }
+    }
+}
+
+/// Sonames (prefixes) of the NVIDIA driver's user-space libraries: what
+/// must match the kernel module, so what the host provides. CUDA's own
+/// runtime libraries (libcudart, cuBLAS) belong to the image.
+const NVIDIA_LIBS: &[&str] = &[
+    "libcuda.so",
+    "libcudadebugger.so",
+    "libnvidia-ml.so",
+    "libnvidia-ptxjitcompiler.so",
+    "libnvidia-nvvm.so",
+    "libnvidia-opencl.so",
+    "libnvidia-cfg.so",
+    "libnvidia-allocator.so",
+    "libnvidia-gpucomp.so",
+    "libnvidia-pkcs11",
+    "libnvcuvid.so",
+    "libnvidia-encode.so",
+    "libnvidia-opticalflow.so",
+    "libnvoptix.so",
+    "libnvidia-rtcore.so",
+    "libnvidia-ngx.so",
+    "libnvidia-fbc.so",
+    "libnvidia-tls.so",
+    "libnvidia-glcore.so",
+    "libnvidia-glsi.so",
+    "libnvidia-glvkspirv.so",
+    "libnvidia-eglcore.so",
+    "libGLX_nvidia.so",
+    "libEGL_nvidia.so",
+    "libGLESv2_nvidia.so",
+    "libGLESv1_CM_nvidia.so",
+];
+
+/// NVIDIA's host tools.
+const NVIDIA_PROGRAMS: &[&str] = &[
+    "nvidia-smi",
+    "nvidia-debugdump",
+    "nvidia-persistenced",
+    "nvidia-cuda-mps-control",
+    "nvidia-cuda-mps-server",
+];
+
+/// ROCm's driver-facing libraries.
+const AMD_LIBS: &[&str] = &[
+    "libamdhip64.so",
+    "libhsa-runtime64.so",
+    "libhsakmt.so",
+    "librocm_smi64.so",
+    "libamd_smi.so",
+    "libamdocl64.so",
+];
+
+/// ROCm's host tools.
+const AMD_PROGRAMS: &[&str] = &["rocm-smi", "amd-smi", "rocminfo"];
+
+/// Adds the node's GPUs (NVIDIA first, else AMD) to `plan`.
+pub fn discover(sel: &Selection, host: &HostPaths, plan: &mut Plan) -> Result<(), InjectError> {
+    let (nvidiactl, _) = host.device("nvidiactl");
+    let (kfd, _) = host.device("kfd");
+    if kind_of(&nvidiactl) == Some(MountKind::Device) {
+        nvidia(sel, host, plan)
+    } else if kind_of(&kfd) == Some(MountKind::Device) {
+        amd(sel, host, plan)
+    } else {
+        Err(InjectError::Gpu {
+            selection: sel.as_env(),
+            reason: format!(
+                "no GPU driver on this node: no {} (NVIDIA) and no {} (AMD ROCm), and no CDI spec for nvidia.com/gpu or amd.com/gpu in {}. Run on a GPU node, or ask your site to generate CDI specs (nvidia-ctk cdi generate)",
+                nvidiactl.display(),
+                kfd.display(),
+                host.cdi_spec_dirs
+                    .iter()
+                    .map(|d| d.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            ),
+        })
+    }
+}
+
+/// Numbered device nodes `PREFIX<N>` in the device directory, by N.
+fn numbered(host: &HostPaths, sub: &str, prefix: &str) -> Vec<(u32, String)> {
+    let dir = host.dev_dir.join(sub);
+    let mut out: Vec<(u32, String)> = fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let n: u32 = name.strip_prefix(prefix)?.parse().ok()?;
+            let rel = if sub.is_empty() {
+                name
+            } else {
+                format!("{sub}/{name}")
+            };
+            Some((n, rel))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn device(host: &HostPaths, rel: &str, origin: &str, plan: &mut Plan) -> bool {
+    let (src, target) = host.device(rel);
+    if kind_of(&src) != Some(MountKind::Device) {
+        return false;
+    }
+    plan.mount(Mount {
+        source: src,
+        target,
+        kind: MountKind::Device,
+        readonly: false,
+        origin: origin.to_string(),
+    });
+    true
+}
+
+/// NVIDIA GPU UUIDs to device minors, from the driver's proc files.
+fn nvidia_uuids(host: &HostPaths) -> Vec<(String, u32)> {
+    let dir = host.nvidia_proc.join("gpus");
+    fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let text = fs::read_to_string(e.path().join("information")).ok()?;
+            let field = |name: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(name)?.trim_start().strip_prefix(':'))
+                    .map(|v| v.trim().to_string())
+            };
+            Some((field("GPU UUID")?, field("Device Minor")?.parse().ok()?))
+        })
+        .collect()
+}
+
+fn libraries(
+    host: &HostPaths,
+    prefixes: &[&str],
+    origin: &str,
+    plan: &mut Plan,
+) -> Result<(), InjectError> {
+    let entries = ldcache::read(&host.ld_cache).map_err(|e| InjectError::Gpu {
+        selection: origin.to_string(),
+        reason: format!(
+            "cannot read the host's loader cache {}: {e} (set [host] ld_cache in berth.toml)",
+            host.ld_cache.display()
+        ),
+    })?;
+    for e in entries.iter().filter(|e| e.is_native()) {
+        if !prefixes.iter().any(|p| e.soname.starts_with(p)) {
+            continue;
+        }
+        let Ok(real) = fs::canonicalize(&e.path) else {
+            continue;
+        };
+        plan.library(Library {
+            name: e.soname.clone(),
+            source: real,
+            origin: origin.to_string(),
+        });
+    }
+    Ok(())
+}
+
+fn programs(host: &HostPaths, names: &[&str], origin: &str, plan: &mut Plan) {
+    for name in names {
+        if let Some(p) = host.program(name) {
+            plan.program(Library {
+                name: name.to_string(),
+                source: fs::canonicalize(&p).unwrap_or(p),
+                origin: origin.to_string(),
+            });
+        }
+    }
+}
+
+fn nvidia(sel: &Selection, host: &HostPaths, plan: &mut Plan) -> Result<(), InjectError> {
+    let origin = "gpu:nvidia";
+    let gpus = numbered(host, "", "nvidia");
+    let chosen: Vec<String> = match sel {
+        Selection::All => gpus.iter().map(|(_, rel)| rel.clone()).collect(),
+        Selection::List(items) => {
+            let uuids = nvidia_uuids(host);
+            let mut out = Vec::new();
+            for item in items {
+                let minor = if let Ok(n) = item.parse::<u32>() {
+                    Some(n)
+                } else {
+                    uuids.iter().find(|(u, _)| u == item).map(|(_, m)| *m)
+                };
+                let found = minor.and_then(|m| gpus.iter().find(|(n, _)| *n == m));
+                match found {
+                    Some((_, rel)) => out.push(rel.clone()),
+                    None => {
+                        return Err(InjectError::Gpu {
+                            selection: sel.as_env(),
+                            reason: format!(
+                                "GPU {item} is not on this node (it has {}{})",
+                                if gpus.is_empty() {
+                                    "no /dev/nvidiaN".to_string()
+                                } else {
+                                    gpus.iter()
+                                        .map(|(_, r)| format!("/dev/{r}"))
+                                        .collect::<Vec<_>>()
+                                        .join(", ")
+                                },
+                                if item.parse::<u32>().is_err() {
+                                    format!(
+                                        "; UUIDs known from {}: {}",
+                                        host.nvidia_proc.display(),
+                                        uuids
+                                            .iter()
+                                            .map(|(u, _)| u.as_str())
+                                            .collect::<Vec<_>>()
+                                            .join(", ")
+                                    )
+                                } else {
+                                    String::new()
+                                }
+                            ),
+                        })
+                    }
+                }
+            }
+            out
+        }
+    };
+    if chosen.is_empty() {
+        return Err(InjectError::Gpu {
+            selection: sel.as_env(),
+            reason: format!(
+                "{} exists but there is no {}/nvidiaN: is the GPU visible to this job?",
+                host.device("nvidiactl").0.display(),
+                host.dev_dir.display()
+            ),
+        });
+    }
+    for rel in [
+        "nvidiactl",
+        "nvidia-uvm",
+        "nvidia-uvm-tools",
+        "nvidia-modeset",
+    ] {
+        device(host, rel, origin, plan);
+    }
+    for rel in &chosen {
+        device(host, rel, origin, plan);
+    }
+    for (_, rel) in numbered(host, "nvidia-caps", "nvidia-cap") {
+        device(host, &rel, origin, plan);
+    }
+    libraries(host, NVIDIA_LIBS, origin, plan)?;
+    if !plan
+        .libraries
+        .iter()
+        .any(|l| l.name.starts_with("libcuda.so"))
+    {
+        plan.warnings.push(format!(
+            "{origin}: no libcuda in the host's loader cache {}: CUDA programs will not find the driver",
+            host.ld_cache.display()
+        ));
+    }
+    programs(host, NVIDIA_PROGRAMS, origin, plan);
+    plan.env("NVIDIA_VISIBLE_DEVICES", &sel.as_env(), EnvOp::Set, origin);
+    plan.applied.push(origin.to_string());
+    Ok(())
+}
+
+fn amd(sel: &Selection, host: &HostPaths, plan: &mut Plan) -> Result<(), InjectError> {
+    let origin = "gpu:amd";
+    let renders = numbered(host, "dri", "renderD");
+    let chosen: Vec<String> = match sel {
+        Selection::All => renders.iter().map(|(_, r)| r.clone()).collect(),
+        Selection::List(items) => {
+            let mut out = Vec::new();
+            for item in items {
+                let idx: u32 = item.parse().map_err(|_| InjectError::Gpu {
+                    selection: sel.as_env(),
+                    reason: format!("AMD GPUs are selected by index; {item:?} is not one"),
+                })?;
+                match renders.get(idx as usize) {
+                    Some((_, r)) => out.push(r.clone()),
+                    None => {
+                        return Err(InjectError::Gpu {
+                            selection: sel.as_env(),
+                            reason: format!(
+                                "GPU {idx} is not on this node ({} render nodes in {}/dri)",
+                                renders.len(),
+                                host.dev_dir.display()
+                            ),
+                        })
+                    }
+                }
+            }
+            out
+        }
+    };
+    device(host, "kfd", origin, plan);
+    for rel in &chosen {
+        device(host, rel, origin, plan);
+    }
+    libraries(host, AMD_LIBS, origin, plan)?;
+    programs(host, AMD_PROGRAMS, origin, plan);
+    if let Selection::List(_) = sel {
+        plan.env("ROCR_VISIBLE_DEVICES", &sel.as_env(), EnvOp::Set, origin);
+    }
+    plan.applied.push(origin.to_string());
+    Ok(())
+}
+
+/// The CDI kind of the node's GPU vendor, for `--gpus` when a spec exists.
+pub const CDI_KINDS: &[&str] = &["nvidia.com/gpu", "amd.com/gpu"];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    #[test]
+    fn selections_parse() {
+        assert_eq!(Selection::parse("all").unwrap(), Selection::All);
+        assert_eq!(
+            Selection::parse("0, 2").unwrap(),
+            Selection::List(vec!["0".into(), "2".into()])
+        );
+        assert!(Selection::parse("GPU-1234-abcd").is_ok());
+        let err = Selection::parse("first").unwrap_err().to_string();
+        assert!(err.contains("neither an index"), "{err}");
+    }
+
+    #[test]
+    fn no_driver_says_what_was_looked_for() {
+        let host = HostPaths {
+            dev_dir: PathBuf::from("/nonexistent-dev"),
+            ..HostPaths::default()
+        };
+        let err = discover(&Selection::All, &host, &mut Plan::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("/nonexistent-dev/nvidiactl") && err.contains("nvidia-ctk"),
+            "{err}"
+        );
+    }
+}

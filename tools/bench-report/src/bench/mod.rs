@@ -2,6 +2,7 @@
 //! into tables, named figures for the prose, charts and headline rows.
 
 pub mod fileaccess;
+pub mod inject;
 pub mod pull;
 pub mod pynamic;
 pub mod ranks;
@@ -110,6 +111,13 @@ pub const ALL: &[Benchmark] = &[
         prefix: "ranks-",
         accept: ranks::accept,
         render: ranks::render,
+    },
+    Benchmark {
+        name: "inject",
+        script: "bench/inject.sh",
+        prefix: "inject-",
+        accept: inject::accept,
+        render: inject::render,
     },
 ];
 

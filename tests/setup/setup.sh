@@ -39,7 +39,7 @@ REPO=berth-test
 
 PACKAGES=(squashfs-tools-ng squashfs-tools skopeo umoci docker-registry
           apache2-utils busybox-static zstd squashfuse fuse3 jq python3
-          curl gzip debootstrap podman runc uidmap catatonit openssl gcc libc6-dev)
+          curl gzip debootstrap podman runc uidmap catatonit openssl gcc libc6-dev mpich libmpich-dev)
 
 die() { echo "setup.sh: ERROR: $*" >&2; exit 1; }
 trap 'echo "setup.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
@@ -334,6 +334,10 @@ rm -f "$TMP_MAN"
 # A fake NVIDIA driver tree, its CDI spec, and an image with a driver-API
 # probe, for the host-resource tests.
 "$HERE/fake_gpu.sh" "$BERTH_IT_DIR/fakegpu" "$REG_ANON" || die "building the fake GPU tree failed"
+
+# Images with an MPI of their own (MPICH) and with stub MPI libraries of
+# other ABIs, for the MPI bind-model tests (the host MPI is Debian's MPICH).
+"$HERE/mpi_images.sh" "$REG_ANON" || die "building the MPI test images failed"
 
 # Rootless podman for the test user, to compare Docker semantics with
 # (see ../shared/notes: no systemd, so cgroupfs and file events; host

@@ -4,6 +4,8 @@
 //! - [`module`]: site modules (`/etc/berth/modules.d/NAME.toml`).
 //! - [`cdi`]: Container Device Interface specs (`--device vendor.com/class=NAME`).
 //! - [`gpu`]: NVIDIA and AMD discovery when no CDI spec exists (`--gpus`).
+//! - [`mpi`]: the MPI bind model (host MPI in, ABI checked).
+//! - [`elf`]: sonames, needed libraries and glibc versions of ELF files.
 //! - [`ldcache`]: the host's `/etc/ld.so.cache`, read directly.
 //! - [`plan`]: the result, applied by the runtime and shown by
 //!   `berth run --dry-run`.
@@ -19,11 +21,13 @@
 //! `library_dirs` and CDI mounts at the image's own library paths are for.
 
 pub mod cdi;
+pub mod elf;
 pub mod error;
 pub mod gpu;
 pub mod host;
 pub mod ldcache;
 pub mod module;
+pub mod mpi;
 pub mod plan;
 
 pub use error::InjectError;
@@ -75,7 +79,7 @@ impl Site {
     pub fn always(&self) -> Result<Plan, InjectError> {
         let mut plan = Plan::default();
         for m in self.modules.iter().filter(|m| m.def.when == When::Always) {
-            m.apply(&mut plan, false)?;
+            m.apply(&mut plan, &self.host, false)?;
         }
         Ok(plan)
     }
@@ -99,7 +103,7 @@ impl Site {
                 None => gpu::discover(sel, &self.host, &mut plan)?,
             }
             for m in self.modules.iter().filter(|m| m.def.when == When::Gpus) {
-                m.apply(&mut plan, true)?;
+                m.apply(&mut plan, &self.host, true)?;
             }
         }
         let (paths, names): (Vec<&String>, Vec<&String>) =
@@ -125,7 +129,7 @@ impl Site {
                 )));
             }
             for m in mpi {
-                m.apply(&mut plan, true)?;
+                m.apply(&mut plan, &self.host, true)?;
             }
         }
         for name in &req.modules {
@@ -146,7 +150,7 @@ impl Site {
                     },
                 })?;
             if m.def.when != When::Always && !plan.applied.contains(&format!("module:{name}")) {
-                m.apply(&mut plan, true)?;
+                m.apply(&mut plan, &self.host, true)?;
             }
         }
         Ok(plan)

@@ -75,6 +75,8 @@ pub struct ModuleDef {
     pub library_dirs: Vec<String>,
     /// Environment edits.
     pub env: EnvDef,
+    /// The host MPI this module provides (`[mpi]`), for the bind model.
+    pub mpi: Option<crate::mpi::MpiDef>,
 }
 
 /// A module and where it was defined.
@@ -241,7 +243,12 @@ impl Module {
     /// exist is an error when the module was asked for (`required`) and a
     /// warning for modules that apply to every run; a glob without matches
     /// is a warning.
-    pub fn apply(&self, plan: &mut Plan, required: bool) -> Result<(), InjectError> {
+    pub fn apply(
+        &self,
+        plan: &mut Plan,
+        host: &HostPaths,
+        required: bool,
+    ) -> Result<(), InjectError> {
         let origin = format!("module:{}", self.name);
         let entry_err = |reason: String| InjectError::ModuleEntry {
             module: self.name.clone(),
@@ -349,6 +356,9 @@ impl Module {
                 plan.library_dirs.push(src);
             }
         }
+        if let Some(mpi) = &self.def.mpi {
+            plan.mpi = Some(crate::mpi::inject_host_mpi(&self.name, mpi, host, plan)?);
+        }
         for (op, map) in [
             (EnvOp::Set, &self.def.env.set),
             (EnvOp::Prepend, &self.def.env.prepend),
@@ -436,7 +446,7 @@ FI_PROVIDER = "cxi"
         let m = &all[0];
         assert_eq!((m.name.as_str(), m.def.when), ("fabric", When::Always));
         let mut plan = Plan::default();
-        m.apply(&mut plan, false).unwrap();
+        m.apply(&mut plan, &host, false).unwrap();
         let names: Vec<&str> = plan.libraries.iter().map(|l| l.name.as_str()).collect();
         assert_eq!(names, ["libfabric.so.1", "libcxi.so.1"]);
         assert_eq!(plan.libraries[0].source, lib.join("libfabric.so.1.20.0"));
@@ -461,12 +471,13 @@ FI_PROVIDER = "cxi"
                 ..ModuleDef::default()
             },
         };
-        let err = broken.apply(&mut Plan::default(), true).unwrap_err();
+        let host = HostPaths::default();
+        let err = broken.apply(&mut Plan::default(), &host, true).unwrap_err();
         assert!(
             err.to_string().contains("libmissing.so.1 does not exist"),
             "{err}"
         );
-        assert!(broken.apply(&mut Plan::default(), false).is_ok());
+        assert!(broken.apply(&mut Plan::default(), &host, false).is_ok());
         fs::remove_dir_all(&d).unwrap();
     }
 

@@ -116,6 +116,8 @@ pub struct Plan {
     pub env: Vec<EnvEdit>,
     /// Hooks.
     pub hooks: Vec<HookCall>,
+    /// The MPI bind model's check, when a module injects the host MPI.
+    pub mpi: Option<crate::mpi::MpiCheck>,
     /// Things that could not be applied and were skipped.
     pub warnings: Vec<String>,
 }
@@ -149,6 +151,9 @@ impl Plan {
         self.env.extend(other.env);
         self.hooks.extend(other.hooks);
         self.warnings.extend(other.warnings);
+        if other.mpi.is_some() {
+            self.mpi = other.mpi;
+        }
     }
 
     /// Adds a mount; a later mount on the same target replaces the earlier.

@@ -28,6 +28,19 @@ pub const FORWARDED: &[i32] = &[
     libc::SIGUSR2,
 ];
 
+/// A check run inside the container after its root is in place and
+/// before the command starts (it sees the image at `/`): the MPI ABI check
+/// of `--mpi` compares the image's libraries with the host's there. Its
+/// error stops the start (exit 125) with its message.
+#[derive(Clone)]
+pub struct Preflight(pub std::sync::Arc<dyn Fn() -> std::result::Result<(), String> + Send + Sync>);
+
+impl std::fmt::Debug for Preflight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Preflight(..)")
+    }
+}
+
 /// Everything needed to start one container.
 #[derive(Debug, Clone)]
 pub struct RunSpec {
@@ -79,6 +92,8 @@ pub struct RunSpec {
     pub uid: u32,
     /// The caller's gid on the host.
     pub gid: u32,
+    /// A check inside the container before the command starts.
+    pub preflight: Option<Preflight>,
 }
 
 struct Timing {
@@ -114,6 +129,18 @@ impl Timing {
             prev.as_micros()
         );
     }
+}
+
+/// Descriptors the command must inherit besides stdio: the PMI channel an
+/// MPI launcher (Hydra's mpiexec, Slurm's PMI-2) hands each rank and names
+/// in `PMI_FD`. Only a socket is kept, so the variable cannot be used to
+/// pass one of berth's own descriptors (a directory, a namespace) on.
+fn inherited_fds(env: &[(String, String)]) -> Vec<i32> {
+    env.iter()
+        .filter(|(k, _)| k == "PMI_FD")
+        .filter_map(|(_, v)| v.trim().parse().ok())
+        .filter(|fd: &i32| *fd > 2 && sys::is_socket(*fd))
+        .collect()
 }
 
 /// Runs a container and returns its exit code (128+N for death by signal N).
@@ -274,6 +301,9 @@ fn child(
         rootfs::assemble(&plan)?;
     }
     timing.mark("mount");
+    if let Some(check) = &spec.preflight {
+        (check.0)().map_err(Error::Setup)?;
+    }
     std::env::set_current_dir(&spec.workdir).map_err(|e| {
         Error::Setup(format!(
             "working directory {:?} is not usable in the container: {e}",
@@ -281,7 +311,15 @@ fn child(
         ))
     })?;
     match spec.mode {
-        IdMode::Identity => become_caller(spec.uid, spec.gid)?,
+        IdMode::Identity => match &lease.identity_userns {
+            // The keeper's shared identity namespace: one for all runs.
+            Some(ns) => rustix::thread::move_into_link_name_space(
+                ns.as_fd(),
+                Some(LinkNameSpaceType::User),
+            )
+            .map_err(|e| Error::Namespace(format!("join the identity namespace: {e}")))?,
+            None => become_caller(spec.uid, spec.gid)?,
+        },
         // Real root has real capabilities: keep Docker's default set only.
         IdMode::HostRoot => sys::restrict_bounding_set(sys::ROOT_KEEPS)
             .map_err(|e| Error::Setup(format!("drop capabilities: {e}")))?,
@@ -313,7 +351,7 @@ fn child(
     }
     timing.mark("exec");
     timing.report();
-    sys::cloexec_all_but_stdio();
+    sys::cloexec_all_but(&inherited_fds(&spec.env));
     sys::reset_signals();
     let err = std::process::Command::new(&program)
         .arg0(&spec.argv[0])

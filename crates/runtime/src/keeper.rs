@@ -112,6 +112,12 @@ pub struct KeeperLease {
     /// The mount namespace of the keeper's prepared root, when it was
     /// prepared for the same [`Template`] as this run's.
     pub template_mntns: Option<OwnedFd>,
+    /// In identity mode, the nested user namespace (the caller's own ids
+    /// inside) that every run of the keeper joins: one namespace for all
+    /// ranks of a node, so MPI's shared-memory and cross-memory-attach
+    /// transports (which open /proc/PID/fd of a peer, or ptrace-read it)
+    /// work between containers.
+    pub identity_userns: Option<OwnedFd>,
     _users: File,
 }
 
@@ -229,6 +235,13 @@ pub fn acquire(
         IdMode::Identity | IdMode::FakeRoot => Some(open_ns(pid, "user")?),
     };
     let mntns = open_ns(pid, "mnt")?;
+    let identity_userns = match mode {
+        IdMode::Identity => fs::read_to_string(dir.join("identity.pid"))
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok())
+            .and_then(|holder| open_ns(holder, "user").ok()),
+        _ => None,
+    };
     drop(keeper_lock);
     Ok(KeeperLease {
         dir,
@@ -236,6 +249,7 @@ pub fn acquire(
         userns,
         mntns,
         template_mntns,
+        identity_userns,
         _users: users,
     })
 }
@@ -453,6 +467,10 @@ fn keeper_run(args: &[String]) -> Result<()> {
         }
         None => File::open(&image).map_err(|e| Error::io("open the image", &image, e))?,
     };
+    let host_ids = (
+        rustix::process::getuid().as_raw(),
+        rustix::process::getgid().as_raw(),
+    );
     let (uid, gid) = enter_namespaces(mode)?;
     let mnt = dir.join("mnt");
     sys::mount(
@@ -491,6 +509,10 @@ fn keeper_run(args: &[String]) -> Result<()> {
     fs::metadata(image_dir.join("."))
         .map_err(|e| Error::Mount(format!("the squashfs server did not come up: {e}")))?;
     let holder = start_holder(&dir);
+    let identity = match mode {
+        IdMode::Identity => start_identity_holder(&dir, host_ids),
+        _ => None,
+    };
     let pid = std::process::id();
     fs::write(dir.join("pid"), format!("{pid}\n"))
         .map_err(|e| Error::io("write", dir.join("pid"), e))?;
@@ -509,11 +531,72 @@ fn keeper_run(args: &[String]) -> Result<()> {
         let _ = sys::wait(h, false);
         let _ = fs::remove_file(dir.join("holder.pid"));
     }
+    if let Some(h) = identity {
+        sys::kill(h, libc::SIGKILL);
+        let _ = sys::wait(h, false);
+        let _ = fs::remove_file(dir.join("identity.pid"));
+    }
     if let Some(mut s) = server {
         sys::kill(s.id() as i32, libc::SIGTERM);
         let _ = s.wait();
     }
     Ok(())
+}
+
+/// Forks the holder of the identity namespace: a process that creates a
+/// user namespace nested in the keeper's, in which the caller's host ids
+/// `(uid, gid)` map to the keeper's root (the caller outside), and then
+/// only sleeps. Identity-mode runs join it (see
+/// [`KeeperLease::identity_userns`]) instead of each making its own, so
+/// all of them share one user namespace. `None` (runs make their own) if
+/// it cannot be set up.
+fn start_identity_holder(dir: &Path, (uid, gid): (u32, u32)) -> Option<i32> {
+    let (ready_r, ready_w) = rustix::pipe::pipe().ok()?;
+    let (mapped_r, mapped_w) = rustix::pipe::pipe().ok()?;
+    match sys::fork().ok()? {
+        sys::Fork::Child => {
+            drop(ready_r);
+            drop(mapped_w);
+            let ok = rustix::process::set_parent_process_death_signal(Some(
+                rustix::process::Signal::KILL,
+            ))
+            .is_ok()
+                && sys::unshare(rustix::thread::UnshareFlags::NEWUSER).is_ok();
+            let _ = rustix::io::write(&ready_w, if ok { b"y" } else { b"n" });
+            drop(ready_w);
+            if !ok {
+                sys::exit_now(1);
+            }
+            // Wait until the keeper has written the maps, then hold.
+            let mut b = [0u8; 1];
+            let _ = rustix::io::read(&mapped_r, &mut b);
+            loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            }
+        }
+        sys::Fork::Parent(pid) => {
+            drop(ready_w);
+            drop(mapped_r);
+            let mut b = [0u8; 1];
+            let n = rustix::io::read(&ready_r, &mut b).unwrap_or(0);
+            let mapped = n == 1
+                && b[0] == b'y'
+                && fs::write(format!("/proc/{pid}/setgroups"), "deny").is_ok()
+                && fs::write(format!("/proc/{pid}/uid_map"), format!("{uid} 0 1")).is_ok()
+                && fs::write(format!("/proc/{pid}/gid_map"), format!("{gid} 0 1")).is_ok();
+            let _ = rustix::io::write(&mapped_w, b"y");
+            drop(mapped_w);
+            if !mapped
+                || fs::write(dir.join("identity.pid"), format!("{pid}\n")).is_err()
+            {
+                eprintln!("berth: the shared identity namespace could not be set up; runs make their own");
+                sys::kill(pid, libc::SIGKILL);
+                let _ = sys::wait(pid, false);
+                return None;
+            }
+            Some(pid)
+        }
+    }
 }
 
 /// Forks the holder of the prepared root: a process that builds the

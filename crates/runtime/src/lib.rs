@@ -15,6 +15,6 @@ pub mod rootfs;
 pub mod semantics;
 pub mod sys;
 
-pub use container::{run, RunSpec};
+pub use container::{run, Preflight, RunSpec};
 pub use error::{Error, Result};
 pub use keeper::{keeper_main, IdMode};

@@ -300,16 +300,30 @@ pub fn group_name(gid: u32) -> Option<String> {
     )
 }
 
+/// Whether `fd` is an open socket (what an MPI launcher's PMI channel is).
+pub fn is_socket(fd: i32) -> bool {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat writes a `stat` into the buffer we own, or fails (for a
+    // closed or invalid descriptor) without touching memory we read.
+    let rc = unsafe { libc::fstat(fd, st.as_mut_ptr()) };
+    if rc != 0 {
+        return false;
+    }
+    // SAFETY: fstat returned 0, so it filled the whole structure.
+    let st = unsafe { st.assume_init() };
+    st.st_mode & libc::S_IFMT == libc::S_IFSOCK
+}
+
 /// Marks every descriptor above 2 close-on-exec, so nothing berth opened
 /// reaches the container's command (CVE-2024-21626 leaked a directory fd).
-pub fn cloexec_all_but_stdio() {
+pub fn cloexec_all_but(keep: &[i32]) {
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
         return;
     };
     let fds: Vec<i32> = dir
         .flatten()
         .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
-        .filter(|fd| *fd > 2)
+        .filter(|fd| *fd > 2 && !keep.contains(fd))
         .collect();
     for fd in fds {
         // SAFETY: F_SETFD on a descriptor number only changes its flags;

@@ -478,6 +478,13 @@ fn start(
     let use_template = !c.no_home && requested.binds().is_empty();
     let mut plan = always;
     plan.extend(requested);
+    // The MPI bind model's ABI check runs inside the container, where the
+    // image's libraries are.
+    let preflight = plan.mpi.clone().map(|check| {
+        berth_runtime::Preflight(std::sync::Arc::new(move || {
+            berth_inject::mpi::check_image(&check, Path::new("/"))
+        }))
+    });
     if dry_run {
         let out = serde_json::json!({
             "image": {
@@ -543,6 +550,7 @@ fn start(
         group_line,
         uid,
         gid,
+        preflight,
     };
     Ok(berth_runtime::run(&spec)?)
 }

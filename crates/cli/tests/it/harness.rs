@@ -167,7 +167,13 @@ impl Sandbox {
 
     /// A `berth` command run as the test user with a clean environment.
     pub fn berth(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(&self.env.berth);
+        self.command(&self.env.berth, args)
+    }
+
+    /// `program` run as the test user with berth's clean environment (an
+    /// MPI launcher that starts berth, say).
+    pub fn command(&self, program: &Path, args: &[&str]) -> Command {
+        let mut c = Command::new(program);
         c.args(args);
         c.env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")

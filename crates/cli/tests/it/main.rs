@@ -6,6 +6,7 @@ mod harness;
 mod tree;
 
 mod host_inject;
+mod host_mpi;
 mod image_import;
 mod image_pull;
 mod image_safety;

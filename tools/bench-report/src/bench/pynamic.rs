@@ -40,7 +40,9 @@ fn rows(v: &Value) -> Result<Vec<Row>, String> {
 }
 
 fn delay(us: f64) -> String {
-    if us >= 1000.0 {
+    if us >= 1000.0 && us % 1000.0 == 0.0 {
+        format!("{:.0} ms", us / 1000.0)
+    } else if us >= 1000.0 {
         format!("{} ms", fmt::sig3(us / 1000.0))
     } else {
         format!("{us:.0} µs")

@@ -1,0 +1,79 @@
+#!/bin/bash
+# Images for the MPI bind-model tests, pushed to REGISTRY/berth-test/:
+#
+#   mpich          the Debian test image plus MPICH's runtime (the host's
+#                  libmpich12 and its dependencies' packaged files, copied
+#                  in) and /usr/local/bin/mpi-probe, built with mpicc: an
+#                  image with its own MPI (the hybrid model)
+#   openmpi-stub   the Debian test image plus a stub libmpi.so.40.30.2
+#                  (soname libmpi.so.40, Open MPI's ABI): to be refused
+#   mpich-newer    the Debian test image plus a stub libmpi.so.12.9.0: an
+#                  MPICH-ABI library newer than the host's (refused under
+#                  abi = "full")
+#
+# Run by setup.sh as root, after debian_image.sh.  Usage: mpi_images.sh REGISTRY
+set -Eeuo pipefail
+REG=${1:?usage: mpi_images.sh REGISTRY}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CACHE=${BERTH_IT_CACHE:-/var/tmp/berth-it-cache}
+LAYOUT=$CACHE/debian-python-oci
+LIBDIR=/usr/lib/x86_64-linux-gnu
+log() { echo "mpi_images: $*"; }
+die() { echo "mpi_images: ERROR: $*" >&2; exit 1; }
+[[ -e $LAYOUT/index.json ]] || die "no Debian test image at $LAYOUT"
+command -v mpicc > /dev/null || die "mpicc missing (package libmpich-dev)"
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+
+# push NAME LAYERDIR: the Debian image plus LAYERDIR as one layer.
+push() {
+    local name=$1 layer=$2
+    rm -rf "$WORK/oci"
+    cp -a "$LAYOUT" "$WORK/oci"
+    tar --numeric-owner --owner=0 --group=0 -C "$layer" -cf "$WORK/$name.tar" .
+    umoci raw add-layer --image "$WORK/oci:latest" "$WORK/$name.tar"
+    skopeo --insecure-policy copy --quiet --dest-tls-verify=false \
+        "oci:$WORK/oci:latest" "docker://$REG/berth-test/$name:latest" || die "push $name failed"
+    log "pushed $REG/berth-test/$name:latest"
+}
+
+# copy_file PATH ROOT: PATH copied under ROOT at its real directory (so a
+# /lib/... path lands in /usr/lib/... and never shadows the image's
+# /lib -> usr/lib link), symlinks kept as symlinks.
+copy_file() {
+    local f=$1 root=$2 dir
+    dir=$(readlink -f "$(dirname "$f")")
+    install -d "$root$dir"
+    cp -a "$f" "$root$dir/"
+}
+
+# mpich: the probe and MPICH's runtime.
+L=$WORK/mpich
+install -d "$L/usr/local/bin"
+mpicc -O2 -o "$L/usr/local/bin/mpi-probe" "$HERE/mpi/mpi-probe.c" -ldl
+# The packages of every library the probe loads (dpkg knows a file under
+# /lib or /usr/lib, whichever its package lists), but glibc's.
+pkgs=$(for f in $(ldd "$L/usr/local/bin/mpi-probe" | awk '$2 == "=>" { print $3 }'); do
+           dpkg -S "$f" 2>/dev/null || dpkg -S "$(readlink -f "$f")" 2>/dev/null || true
+       done | cut -d: -f1 | sort -u)
+pkgs=$(printf '%s\n' $pkgs libmpich12 libucx0 | sort -u | grep -vx 'libc6' || true)
+log "MPICH runtime packages copied into the image: $(echo $pkgs)"
+for p in $pkgs; do
+    dpkg -L "$p" | while read -r f; do
+        case $f in /usr/share/*|/etc/*) continue ;; esac
+        if [[ -f $f || -L $f ]] && [[ ! -d $f ]]; then copy_file "$f" "$L"; fi
+    done
+done
+push mpich "$L"
+
+# Stub MPI libraries with chosen sonames.
+stub() {   # NAME SONAME FILE
+    local l=$WORK/$1
+    install -d "$l$LIBDIR"
+    echo 'int MPI_Init(int *c, char ***v) { (void)c; (void)v; return 0; }' > "$WORK/stub.c"
+    gcc -shared -fPIC -Wl,-soname,"$2" -o "$l$LIBDIR/$3" "$WORK/stub.c"
+    ln -s "$3" "$l$LIBDIR/$2"
+    push "$1" "$l"
+}
+stub openmpi-stub libmpi.so.40 libmpi.so.40.30.2
+stub mpich-newer libmpi.so.12 libmpi.so.12.9.0

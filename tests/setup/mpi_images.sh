@@ -3,20 +3,27 @@
 #
 #   mpich          the Debian test image plus MPICH's runtime (the host's
 #                  libmpich12 and its dependencies' packaged files, copied
-#                  in) and /usr/local/bin/mpi-probe, built with mpicc: an
-#                  image with its own MPI (the hybrid model)
+#                  in) and /usr/local/bin/mpi-probe and pingpong, built with
+#                  mpicc: an image with its own MPI (the hybrid model)
 #   openmpi-stub   the Debian test image plus a stub libmpi.so.40.30.2
 #                  (soname libmpi.so.40, Open MPI's ABI): to be refused
 #   mpich-newer    the Debian test image plus a stub libmpi.so.12.9.0: an
 #                  MPICH-ABI library newer than the host's (refused under
 #                  abi = "full")
 #
-# Run by setup.sh as root, after debian_image.sh.  Usage: mpi_images.sh REGISTRY
+# Run by setup.sh as root, after debian_image.sh:
+#
+#   mpi_images.sh REGISTRY [BASE_LAYOUT:TAG]
+#
+# BASE_LAYOUT:TAG is the image to build on (default: the test suite's Debian
+# image; bench/mpi.sh passes bench/pull.sh's).
 set -Eeuo pipefail
-REG=${1:?usage: mpi_images.sh REGISTRY}
+REG=${1:?usage: mpi_images.sh REGISTRY [BASE_LAYOUT:TAG]}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE=${BERTH_IT_CACHE:-/var/tmp/berth-it-cache}
-LAYOUT=$CACHE/debian-python-oci
+BASE=${2:-$CACHE/debian-python-oci:latest}
+LAYOUT=${BASE%:*}
+TAG=${BASE##*:}
 LIBDIR=/usr/lib/x86_64-linux-gnu
 log() { echo "mpi_images: $*"; }
 die() { echo "mpi_images: ERROR: $*" >&2; exit 1; }
@@ -31,9 +38,9 @@ push() {
     rm -rf "$WORK/oci"
     cp -a "$LAYOUT" "$WORK/oci"
     tar --numeric-owner --owner=0 --group=0 -C "$layer" -cf "$WORK/$name.tar" .
-    umoci raw add-layer --image "$WORK/oci:latest" "$WORK/$name.tar"
+    umoci raw add-layer --image "$WORK/oci:$TAG" "$WORK/$name.tar"
     skopeo --insecure-policy copy --quiet --dest-tls-verify=false \
-        "oci:$WORK/oci:latest" "docker://$REG/berth-test/$name:latest" || die "push $name failed"
+        "oci:$WORK/oci:$TAG" "docker://$REG/berth-test/$name:latest" || die "push $name failed"
     log "pushed $REG/berth-test/$name:latest"
 }
 
@@ -51,6 +58,7 @@ copy_file() {
 L=$WORK/mpich
 install -d "$L/usr/local/bin"
 mpicc -O2 -o "$L/usr/local/bin/mpi-probe" "$HERE/mpi/mpi-probe.c" -ldl
+mpicc -O2 -o "$L/usr/local/bin/pingpong" "$HERE/mpi/pingpong.c"
 # The packages of every library the probe loads (dpkg knows a file under
 # /lib or /usr/lib, whichever its package lists), but glibc's.
 pkgs=$(for f in $(ldd "$L/usr/local/bin/mpi-probe" | awk '$2 == "=>" { print $3 }'); do

@@ -313,11 +313,10 @@ fn child(
     match spec.mode {
         IdMode::Identity => match &lease.identity_userns {
             // The keeper's shared identity namespace: one for all runs.
-            Some(ns) => rustix::thread::move_into_link_name_space(
-                ns.as_fd(),
-                Some(LinkNameSpaceType::User),
-            )
-            .map_err(|e| Error::Namespace(format!("join the identity namespace: {e}")))?,
+            Some(ns) => {
+                rustix::thread::move_into_link_name_space(ns.as_fd(), Some(LinkNameSpaceType::User))
+                    .map_err(|e| Error::Namespace(format!("join the identity namespace: {e}")))?
+            }
             None => become_caller(spec.uid, spec.gid)?,
         },
         // Real root has real capabilities: keep Docker's default set only.

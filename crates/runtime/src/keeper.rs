@@ -586,10 +586,10 @@ fn start_identity_holder(dir: &Path, (uid, gid): (u32, u32)) -> Option<i32> {
                 && fs::write(format!("/proc/{pid}/gid_map"), format!("{gid} 0 1")).is_ok();
             let _ = rustix::io::write(&mapped_w, b"y");
             drop(mapped_w);
-            if !mapped
-                || fs::write(dir.join("identity.pid"), format!("{pid}\n")).is_err()
-            {
-                eprintln!("berth: the shared identity namespace could not be set up; runs make their own");
+            if !mapped || fs::write(dir.join("identity.pid"), format!("{pid}\n")).is_err() {
+                eprintln!(
+                    "berth: the shared identity namespace could not be set up; runs make their own"
+                );
                 sys::kill(pid, libc::SIGKILL);
                 let _ = sys::wait(pid, false);
                 return None;

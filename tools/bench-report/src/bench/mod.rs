@@ -3,6 +3,7 @@
 
 pub mod fileaccess;
 pub mod inject;
+pub mod mpi;
 pub mod pull;
 pub mod pynamic;
 pub mod ranks;
@@ -118,6 +119,13 @@ pub const ALL: &[Benchmark] = &[
         prefix: "inject-",
         accept: inject::accept,
         render: inject::render,
+    },
+    Benchmark {
+        name: "mpi",
+        script: "bench/mpi.sh",
+        prefix: "mpi-",
+        accept: mpi::accept,
+        render: mpi::render,
     },
 ];
 

@@ -1,0 +1,145 @@
+#!/bin/bash
+# MPI ping-pong (OSU-style, tests/setup/mpi/pingpong.c): the one-way latency
+# of 8-byte messages and the bandwidth of 1 MiB messages between two ranks
+# on this node, launched by mpiexec.hydra
+#
+#   native   the program on the host, the host's MPICH
+#   image    in berth containers, the image's own MPICH (hybrid model)
+#   host     in berth containers with --mpi: the host's MPICH injected
+#
+# interleaved round by round. Target: the containers within 2% of native.
+# The image is tests/setup/mpi_images.sh's "mpich" image, built on
+# bench/pull.sh's Debian image (MPICH's runtime copied from the host's
+# packages, so image and host MPI are the same build; what is measured is
+# the container's cost).
+#
+#   sudo bench/mpi.sh [--runs N] [--smoke]
+#
+# Results: bench/results/mpi-<UTC>.json, a markdown table on stdout.
+set -Eeuo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_ROOT=$(cd "$HERE/.." && pwd)
+RUNS=10
+ITERS=2000
+SMOKE=0
+while (($#)); do
+    case $1 in
+        --runs) RUNS=$2; shift 2 ;;
+        --smoke) RUNS=1; ITERS=200; SMOKE=1; shift ;;
+        -h|--help) sed -n 2,18p "$0"; exit 0 ;;
+        *) echo "mpi.sh: unknown option $1" >&2; exit 2 ;;
+    esac
+done
+BENCH_NAME=mpi.sh
+WORK=${BERTH_BENCH_WORK:-/var/tmp/berth-bench}
+BENCH_USER=${BERTH_BENCH_USER:-berthtest}
+REGISTRY=127.0.0.1:5000
+BERTH_BIN=${BERTH_BENCH_BIN_DIR:-$REPO_ROOT/target/release}/berth
+# shellcheck source=bench/lib/common.sh
+source "$HERE/lib/common.sh"
+[[ $(id -u) == 0 ]] || die "run as root (it installs MPICH and switches to $BENCH_USER)"
+[[ -x $BERTH_BIN ]] || die "no berth binary at $BERTH_BIN (cargo build --release)"
+install_packages mpich libmpich-dev umoci skopeo jq curl
+bench_user_setup
+ensure_registry
+if [[ ! -e $WORK/oci.done ]]; then
+    log "no base image yet: running bench/pull.sh --smoke --tools berth to build it"
+    "$HERE/pull.sh" --smoke --tools berth > /dev/null
+fi
+W=$WORK/mpi
+rm -rf "$W/site" "$W/logs"
+install -d -m 0755 "$W" "$W/bin" "$W/site/modules.d" "$W/logs"
+install -m 0755 "$BERTH_BIN" "$W/bin/berth"
+"$REPO_ROOT/tests/setup/mpi_images.sh" "$REGISTRY" "$WORK/oci:bookworm" > "$W/logs/images.log" 2>&1 \
+    || { tail -5 "$W/logs/images.log" >&2; die "building the MPI image failed"; }
+mpicc -O2 -o "$W/bin/pingpong" "$REPO_ROOT/tests/setup/mpi/pingpong.c"
+HOST_LIBMPI=$(readlink -f /usr/lib/x86_64-linux-gnu/libmpich.so.12)
+cat > "$W/site/modules.d/mpich.toml" <<TOML
+description = "host MPICH (bench)"
+when = "mpi"
+[mpi]
+libraries = ["/usr/lib/x86_64-linux-gnu/libmpich.so.12"]
+TOML
+: > "$W/site/berth.toml"
+BERTH_SITE_CONF=$W/site/berth.toml
+STORE=$W/store
+rm -rf "$STORE"
+install -d -m 0755 -o "$BUID" -g "$BGID" "$STORE"
+chown "$BUID:$BGID" "$W/logs"
+IMG=$REGISTRY/berth-test/mpich:latest
+as_user env BERTH_STORE="$STORE" "$W/bin/berth" pull -q --tls-verify=false "$IMG" > /dev/null
+B=$W/bin/berth
+
+run_variant() {   # VARIANT -> the output line of rank 0
+    local args
+    case $1 in
+        native) args=("$W/bin/pingpong" "$ITERS") ;;
+        image) args=("$B" run "$IMG" pingpong "$ITERS") ;;
+        host) args=("$B" run --mpi "$IMG" pingpong "$ITERS") ;;
+    esac
+    as_user env BERTH_STORE="$STORE" mpiexec.hydra -n 2 "${args[@]}" 2>> "$W/logs/$1.log" \
+        | grep '^latency_us' || echo "failed"
+}
+
+VARIANTS=(native image host)
+TSV=$W/logs/rounds.tsv
+: > "$TSV"
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+run_variant native > /dev/null; run_variant image > /dev/null   # warm-up (keeper up)
+for ((r = 1; r <= RUNS; r++)); do
+    for ((k = 0; k < 3; k++)); do
+        v=${VARIANTS[$(((r + k) % 3))]}
+        line=$(run_variant "$v")
+        echo -e "$r\t$v\t$line" >> "$TSV"
+        log "round $r $v: $line"
+    done
+done
+STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+OUT=$HERE/results/mpi-$STAMP.json
+install -d "$HERE/results"
+python3 - "$TSV" "$OUT" <<PY
+import json, os, platform, statistics, sys
+rounds, failed = {}, 0
+for line in open(sys.argv[1]):
+    r, v, rest = line.rstrip("\n").split("\t", 2)
+    f = rest.split()
+    if len(f) != 4:
+        failed += 1
+        continue
+    rounds.setdefault(r, {})[v] = (float(f[1]), float(f[3]))
+summary, ratios = {}, {}
+for v in ["native", "image", "host"]:
+    lat = [x[v][0] for x in rounds.values() if v in x]
+    bw = [x[v][1] for x in rounds.values() if v in x]
+    if lat:
+        summary[v] = {"n": len(lat), "latency_us": round(statistics.median(lat), 3),
+                      "bandwidth_MBps": round(statistics.median(bw), 1)}
+    if v != "native":
+        rl = [x[v][0] / x["native"][0] for x in rounds.values() if v in x and "native" in x]
+        rb = [x[v][1] / x["native"][1] for x in rounds.values() if v in x and "native" in x]
+        if rl:
+            ratios[v] = {"latency": round(statistics.median(rl), 4),
+                         "bandwidth": round(statistics.median(rb), 4)}
+json.dump({"benchmark": "mpi-pingpong", "time_utc": "$STAMP", "smoke": bool($SMOKE),
+           "runs": $RUNS, "iterations": $ITERS,
+           "how": {"native": "mpiexec.hydra -n 2 pingpong (host MPICH)",
+                   "image": "mpiexec.hydra -n 2 berth run IMAGE pingpong (the image's MPICH)",
+                   "host": "mpiexec.hydra -n 2 berth run --mpi IMAGE pingpong (host MPICH injected)"},
+           "host": {"kernel": platform.release(), "cpus": os.cpu_count(),
+                    "loadavg_before": "$LOAD_BEFORE",
+                    "loadavg_after": " ".join(open("/proc/loadavg").read().split()[:3])},
+           "berth": {"version": "$("$B" --version | head -1)", "git": "$(git_describe)"},
+           "versions": {"mpich": "$(mpichversion 2>/dev/null | sed -n 's/MPICH Version:[[:space:]]*//p' | head -1)"},
+           "host_libmpi": "$HOST_LIBMPI",
+           "failed": failed, "summary": summary, "ratios": ratios},
+          open(sys.argv[2], "w"), indent=1)
+print("| variant | latency µs (8 B) | bandwidth MB/s (1 MiB) | latency / native | bandwidth / native |")
+print("|---|---:|---:|---:|---:|")
+for v in ["native", "image", "host"]:
+    s = summary.get(v)
+    if not s: continue
+    r = ratios.get(v, {})
+    print(f"| {v} | {s['latency_us']:.2f} | {s['bandwidth_MBps']:.0f} | {r.get('latency', 1):.3f} | {r.get('bandwidth', 1):.3f} |")
+sys.exit(1 if failed else 0)
+PY
+log "results: $OUT"

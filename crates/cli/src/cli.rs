@@ -132,6 +132,9 @@ pub struct ContainerArgs {
     /// Replace the image's MPI with the host's (the site's MPI module).
     #[arg(long)]
     pub mpi: bool,
+    /// An annotation KEY=VALUE (OCI hooks' `when` conditions see it).
+    #[arg(long = "annotation", value_name = "KEY=VALUE")]
+    pub annotations: Vec<String>,
     /// TLS options, for pulling an unknown image.
     #[command(flatten)]
     pub tls: TlsArgs,
@@ -155,7 +158,7 @@ pub struct RunArgs {
     /// Override the image's ENTRYPOINT (an empty string clears it).
     #[arg(long, value_name = "PROGRAM", allow_hyphen_values = true)]
     pub entrypoint: Option<String>,
-    /// A name for the container (shown in messages).
+    /// A name for the container (its id in the OCI state hooks see).
     #[arg(long)]
     pub name: Option<String>,
     /// Print what the run would do (command, environment, binds, injected host resources) as JSON, and start nothing.

@@ -99,23 +99,16 @@ pub struct CdiMount {
     pub options: Vec<String>,
 }
 
-/// A hook edit, run at an OCI stage.
+/// A hook edit, run at an OCI stage: the program part is the hooks.d
+/// format's.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct CdiHook {
     /// OCI stage (`createContainer`, ...).
     pub hook_name: String,
-    /// Program.
-    pub path: String,
-    /// argv, with argv\[0\].
-    #[serde(default)]
-    pub args: Vec<String>,
-    /// Environment.
-    #[serde(default)]
-    pub env: Vec<String>,
-    /// Seconds.
-    #[serde(default)]
-    pub timeout: Option<i64>,
+    /// Program, argv, environment, timeout.
+    #[serde(flatten)]
+    pub program: crate::hooks::HookProgram,
 }
 
 /// A parsed, validated device name.
@@ -381,10 +374,10 @@ fn apply_edits(e: &ContainerEdits, plan: &mut Plan, origin: &str) -> Result<(), 
     for h in &e.hooks {
         plan.hooks.push(crate::plan::HookCall {
             stage: h.hook_name.clone(),
-            path: h.path.clone(),
-            args: h.args.clone(),
-            env: h.env.clone(),
-            timeout: h.timeout,
+            path: h.program.path.clone(),
+            args: h.program.args.clone(),
+            env: h.program.env.clone(),
+            timeout: h.program.timeout,
             origin: origin.to_string(),
         });
     }

@@ -23,6 +23,8 @@ pub struct HostPaths {
     pub nvidia_proc: PathBuf,
     /// Site module directory (`NAME.toml` per module).
     pub modules_dir: PathBuf,
+    /// OCI hooks.d directories, lowest priority first.
+    pub hooks_dirs: Vec<PathBuf>,
 }
 
 impl Default for HostPaths {
@@ -39,6 +41,10 @@ impl Default for HostPaths {
             ],
             nvidia_proc: PathBuf::from("/proc/driver/nvidia"),
             modules_dir: PathBuf::from("/etc/berth/modules.d"),
+            hooks_dirs: crate::hooks::DEFAULT_DIRS
+                .iter()
+                .map(PathBuf::from)
+                .collect(),
         }
     }
 }

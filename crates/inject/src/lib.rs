@@ -4,6 +4,7 @@
 //! - [`module`]: site modules (`/etc/berth/modules.d/NAME.toml`).
 //! - [`cdi`]: Container Device Interface specs (`--device vendor.com/class=NAME`).
 //! - [`gpu`]: NVIDIA and AMD discovery when no CDI spec exists (`--gpus`).
+//! - [`hooks`]: OCI hooks (hooks.d JSON), chosen by their `when`.
 //! - [`mpi`]: the MPI bind model (host MPI in, ABI checked).
 //! - [`elf`]: sonames, needed libraries and glibc versions of ELF files.
 //! - [`ldcache`]: the host's `/etc/ld.so.cache`, read directly.
@@ -24,6 +25,7 @@ pub mod cdi;
 pub mod elf;
 pub mod error;
 pub mod gpu;
+pub mod hooks;
 pub mod host;
 pub mod ldcache;
 pub mod module;
@@ -47,6 +49,12 @@ pub struct Request {
     pub modules: Vec<String>,
     /// `--mpi`.
     pub mpi: bool,
+    /// `--annotation`s, for hooks' `when`.
+    pub annotations: Vec<(String, String)>,
+    /// The command's argv\[0\], for hooks' `when`.
+    pub command: String,
+    /// Whether the run has bind mounts of its own (`-v`), for hooks' `when`.
+    pub has_bind_mounts: bool,
 }
 
 /// A host's injection settings: where to look, and its modules.
@@ -151,6 +159,17 @@ impl Site {
                 })?;
             if m.def.when != When::Always && !plan.applied.contains(&format!("module:{name}")) {
                 m.apply(&mut plan, &self.host, true)?;
+            }
+        }
+        let facts = hooks::Facts {
+            annotations: &req.annotations,
+            command: &req.command,
+            has_bind_mounts: req.has_bind_mounts,
+        };
+        for (path, file) in hooks::load_dirs(&self.host.hooks_dirs)? {
+            if file.applies(&facts, &path)? {
+                plan.hooks
+                    .extend(file.calls(&format!("hook:{}", path.display())));
             }
         }
         Ok(plan)

@@ -77,6 +77,8 @@ pub struct ModuleDef {
     pub env: EnvDef,
     /// The host MPI this module provides (`[mpi]`), for the bind model.
     pub mpi: Option<crate::mpi::MpiDef>,
+    /// OCI hook files (hooks.d JSON) run whenever the module applies.
+    pub hooks: Vec<String>,
 }
 
 /// A module and where it was defined.
@@ -355,6 +357,10 @@ impl Module {
             if !plan.library_dirs.contains(&src) {
                 plan.library_dirs.push(src);
             }
+        }
+        for h in &self.def.hooks {
+            let file = crate::hooks::read(Path::new(h))?;
+            plan.hooks.extend(file.calls(&origin));
         }
         if let Some(mpi) = &self.def.mpi {
             plan.mpi = Some(crate::mpi::inject_host_mpi(&self.name, mpi, host, plan)?);

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use rustix::thread::{LinkNameSpaceType, UnshareFlags};
 
 use crate::error::{Error, Result, EXIT_BERTH, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
+use crate::hooks;
 use crate::keeper::{self, IdMode, KeeperLease};
 use crate::rootfs::{self, Bind, RootfsPlan};
 use crate::sys::{self, Exit, Fork, SigSet};
@@ -94,6 +95,12 @@ pub struct RunSpec {
     pub gid: u32,
     /// A check inside the container before the command starts.
     pub preflight: Option<Preflight>,
+    /// OCI hooks to run, each at its stage.
+    pub hooks: Vec<crate::hooks::Hook>,
+    /// Annotations (for hooks' `when` and their OCI state).
+    pub annotations: Vec<(String, String)>,
+    /// The container's id in the OCI state (`--name`, else generated).
+    pub id: String,
 }
 
 struct Timing {
@@ -170,9 +177,14 @@ pub fn run(spec: &RunSpec) -> Result<i32> {
     watched.push(libc::SIGCHLD);
     let set = SigSet::of(&watched);
     sys::mask(&set, true).map_err(|e| Error::Setup(format!("sigprocmask: {e}")))?;
+    let sync = if spec.hooks.is_empty() {
+        None
+    } else {
+        Some(hooks::Sync::new().map_err(|e| Error::Setup(format!("pipe: {e}")))?)
+    };
     match sys::fork().map_err(|e| Error::Setup(format!("fork: {e}")))? {
         Fork::Child => {
-            let code = match child(spec, &lease, timing) {
+            let code = match child(spec, &lease, timing, sync) {
                 Ok(never) => match never {},
                 Err(e) => {
                     eprintln!("berth: error: {e}");
@@ -187,9 +199,98 @@ pub fn run(spec: &RunSpec) -> Result<i32> {
             let _ = rustix::process::set_dumpable_behavior(
                 rustix::process::DumpableBehavior::NotDumpable,
             );
+            let bundle = match sync {
+                Some(sync) => match hooks_before_start(spec, sync.parent_side()) {
+                    Ok(b) => b,
+                    Err(msg) => {
+                        sys::kill(pid, libc::SIGKILL);
+                        let _ = supervise(pid, &set);
+                        eprintln!("berth: error: {msg}");
+                        return Ok(EXIT_BERTH);
+                    }
+                },
+                None => None,
+            };
             let exit = supervise(pid, &set);
+            if let Some((bundle, container_pid)) = bundle {
+                let _ = run_stage(spec, "poststop", "stopped", container_pid, &bundle, false);
+                let _ = std::fs::remove_dir_all(&bundle);
+            }
             drop(lease);
             Ok(exit.as_code())
+        }
+    }
+}
+
+/// Runs the hooks of `stage` in order with the OCI state on stdin; the
+/// variables they set, or the first failure. `fatal: false` (poststart,
+/// poststop) turns failures into warnings.
+fn run_stage(
+    spec: &RunSpec,
+    stage: &str,
+    status: &str,
+    pid: i32,
+    bundle: &Path,
+    fatal: bool,
+) -> std::result::Result<Vec<(String, String)>, String> {
+    let state = hooks::state_json(&spec.id, status, pid, bundle, &spec.annotations);
+    let mut env = Vec::new();
+    for h in spec.hooks.iter().filter(|h| h.stage == stage) {
+        match hooks::run(h, &state) {
+            Ok(e) => env.extend(e),
+            Err(msg) if fatal => return Err(msg),
+            Err(msg) => eprintln!("berth: warning: {msg}"),
+        }
+    }
+    Ok(env)
+}
+
+/// In berth, once the container process is ready: createRuntime and
+/// createContainer hooks (in berth's namespaces, with the container's pid
+/// and a bundle whose root is /proc/PID/root), then `go`, then poststart.
+/// Returns the bundle and the pid for poststop; `Ok(None)` when the
+/// container process ended before it was ready.
+fn hooks_before_start(
+    spec: &RunSpec,
+    sync: hooks::ParentEnd,
+) -> std::result::Result<Option<(PathBuf, i32)>, String> {
+    let Some(pid) = sync.wait() else {
+        return Ok(None);
+    };
+    let bundle = keeper::state_dir()
+        .map_err(|e| e.to_string())?
+        .join("bundles")
+        .join(format!("{}-{pid}", spec.id));
+    hooks::write_bundle(
+        &bundle,
+        pid,
+        &spec.argv,
+        &spec.env,
+        &spec.workdir,
+        &spec.annotations,
+    )
+    .map_err(|e| format!("cannot write the hooks' bundle {}: {e}", bundle.display()))?;
+    let result = (|| {
+        let mut env = run_stage(spec, "createRuntime", "created", pid, &bundle, true)?;
+        env.extend(run_stage(
+            spec,
+            "createContainer",
+            "created",
+            pid,
+            &bundle,
+            true,
+        )?);
+        Ok(env)
+    })();
+    match result {
+        Ok(env) => {
+            sync.go(&env);
+            let _ = run_stage(spec, "poststart", "running", pid, &bundle, false);
+            Ok(Some((bundle, pid)))
+        }
+        Err(msg) => {
+            let _ = std::fs::remove_dir_all(&bundle);
+            Err(msg)
         }
     }
 }
@@ -238,6 +339,7 @@ fn child(
     spec: &RunSpec,
     lease: &KeeperLease,
     mut timing: Timing,
+    mut sync: Option<hooks::Sync>,
 ) -> Result<std::convert::Infallible> {
     timing.mark("fork");
     if let Some(userns) = &lease.userns {
@@ -275,12 +377,20 @@ fn child(
         // The next child is PID 1 of the new namespace; we relay its status.
         match sys::fork().map_err(|e| Error::Setup(format!("fork: {e}")))? {
             Fork::Parent(init) => {
+                // Only the container process talks to berth about hooks.
+                drop(sync.take());
                 let exit = supervise(init, &set);
                 sys::exit_now(exit.as_code());
             }
             Fork::Child => {}
         }
     }
+    // The container process's pid as berth sees it (the host's /proc is
+    // still mounted here), for the hooks' OCI state.
+    let host_pid: i32 = std::fs::read_link("/proc/self")
+        .ok()
+        .and_then(|p| p.to_str().and_then(|s| s.parse().ok()))
+        .unwrap_or(0);
     if prepared.is_some() {
         rootfs::extend_and_pivot(
             &lease.stage().join("root"),
@@ -304,6 +414,21 @@ fn child(
     if let Some(check) = &spec.preflight {
         (check.0)().map_err(Error::Setup)?;
     }
+    // Hooks: berth runs createRuntime and createContainer now; their
+    // variables join the command's environment.
+    let mut env = spec.env.clone();
+    if let Some(sync) = sync.take() {
+        match sync.child_ready(host_pid) {
+            Some(extra) => {
+                for (k, v) in extra {
+                    env.retain(|(n, _)| *n != k);
+                    env.push((k, v));
+                }
+            }
+            // berth said why; stop quietly.
+            None => sys::exit_now(EXIT_BERTH),
+        }
+    }
     std::env::set_current_dir(&spec.workdir).map_err(|e| {
         Error::Setup(format!(
             "working directory {:?} is not usable in the container: {e}",
@@ -326,7 +451,24 @@ fn child(
     }
     rustix::thread::set_no_new_privs(true)
         .map_err(|e| Error::Setup(format!("no_new_privs: {e}")))?;
-    let program = resolve_command(&spec.argv[0], &spec.env, &spec.workdir);
+    // startContainer hooks run in the container, their paths the image's.
+    if spec.hooks.iter().any(|h| h.stage == "startContainer") {
+        let state = hooks::state_json(
+            &spec.id,
+            "created",
+            host_pid,
+            Path::new("/"),
+            &spec.annotations,
+        );
+        for h in spec.hooks.iter().filter(|h| h.stage == "startContainer") {
+            let extra = hooks::run(h, &state).map_err(Error::Setup)?;
+            for (k, v) in extra {
+                env.retain(|(n, _)| *n != k);
+                env.push((k, v));
+            }
+        }
+    }
+    let program = resolve_command(&spec.argv[0], &env, &spec.workdir);
     let program = match program {
         Ok(p) => p,
         Err((code, msg)) => {
@@ -356,7 +498,7 @@ fn child(
         .arg0(&spec.argv[0])
         .args(&spec.argv[1..])
         .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .exec();
     let code = match err.raw_os_error() {
         Some(libc::ENOENT) => EXIT_NOT_FOUND,

@@ -10,6 +10,7 @@
 
 pub mod container;
 pub mod error;
+pub mod hooks;
 pub mod keeper;
 pub mod rootfs;
 pub mod semantics;

@@ -31,6 +31,7 @@ pub fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
         request,
         started,
         args.dry_run,
+        args.name.clone(),
     ))
 }
 
@@ -52,6 +53,7 @@ pub fn shell(ctx: &Context, args: ShellArgs) -> Result<ExitCode> {
         request,
         started,
         false,
+        None,
     ))
 }
 
@@ -319,9 +321,14 @@ fn to_binds(plan: &berth_inject::Plan) -> Vec<Bind> {
 }
 
 /// What the site's modules add to every run, and what `--gpus`,
-/// `--device`, `--module` and `--mpi` add to this one. Warnings go to
-/// stderr; hooks are not run yet.
-fn inject(config: &Config, c: &ContainerArgs) -> Result<(berth_inject::Plan, berth_inject::Plan)> {
+/// `--device`, `--module`, `--mpi` and the OCI hooks that apply add to
+/// this one. Warnings go to stderr.
+fn inject(
+    config: &Config,
+    c: &ContainerArgs,
+    command: &str,
+    annotations: &[(String, String)],
+) -> Result<(berth_inject::Plan, berth_inject::Plan)> {
     let site = super::modules::site(config)?;
     let request = berth_inject::Request {
         gpus: c
@@ -332,18 +339,15 @@ fn inject(config: &Config, c: &ContainerArgs) -> Result<(berth_inject::Plan, ber
         devices: c.devices.clone(),
         modules: c.modules.clone(),
         mpi: c.mpi,
+        annotations: annotations.to_vec(),
+        command: command.to_string(),
+        has_bind_mounts: !c.volumes.is_empty(),
     };
     let always = site.always()?;
     let requested = site.requested(&request)?;
     for plan in [&always, &requested] {
         for w in &plan.warnings {
             eprintln!("berth: warning: {w}");
-        }
-        for h in &plan.hooks {
-            eprintln!(
-                "berth: warning: {}: the {} hook {} is not run (berth does not run CDI hooks yet)",
-                h.origin, h.stage, h.path
-            );
         }
     }
     Ok((always, requested))
@@ -362,6 +366,7 @@ fn start(
     mut request: UserRequest,
     started: Instant,
     dry_run: bool,
+    container_name: Option<String>,
 ) -> Result<i32> {
     let config = ctx.config()?;
     let mut image_file = None;
@@ -461,7 +466,16 @@ fn start(
     // Host resources: what every run gets (site modules that apply
     // always: prepared once, with the user's other common binds) and what
     // this run asks for.
-    let (always, requested) = inject(&config, c)?;
+    let annotations = c
+        .annotations
+        .iter()
+        .map(|a| {
+            a.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| anyhow!("--annotation {a:?}: expected KEY=VALUE"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let (always, requested) = inject(&config, c, &argv[0], &annotations)?;
     always.apply_env(&mut env);
     requested.apply_env(&mut env);
     let run_binds = binds(
@@ -551,6 +565,22 @@ fn start(
         uid,
         gid,
         preflight,
+        hooks: plan
+            .hooks
+            .iter()
+            .map(|h| berth_runtime::hooks::Hook {
+                stage: h.stage.clone(),
+                path: PathBuf::from(&h.path),
+                args: h.args.clone(),
+                env: h.env.clone(),
+                timeout: h
+                    .timeout
+                    .filter(|t| *t > 0)
+                    .map(|t| Duration::from_secs(t as u64)),
+            })
+            .collect(),
+        annotations,
+        id: container_name.unwrap_or_else(|| format!("berth-{}", std::process::id())),
     };
     Ok(berth_runtime::run(&spec)?)
 }

@@ -5,6 +5,7 @@
 mod harness;
 mod tree;
 
+mod host_hooks;
 mod host_inject;
 mod host_mpi;
 mod image_import;

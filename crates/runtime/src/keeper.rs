@@ -457,11 +457,13 @@ fn keeper_run(args: &[String]) -> Result<()> {
     // started the first run must not take the mount from later runs.
     let _ = rustix::process::setsid();
     // `fd:N`: the starting run passed the open image as descriptor N.
-    let image_file = match image
+    let image_fd: Option<i32> = image
         .to_str()
         .and_then(|s| s.strip_prefix("fd:"))
-        .and_then(|n| n.parse().ok())
-    {
+        .and_then(|n| n.parse().ok());
+    // Nothing else the starting run inherited stays open in the keeper.
+    sys::close_inherited(image_fd);
+    let image_file = match image_fd {
         Some(fd) => {
             sys::take_inherited_fd(fd).ok_or_else(|| Error::Setup(format!("no descriptor {fd}")))?
         }

@@ -443,6 +443,30 @@ pub fn restrict_bounding_set(keep: &[u32]) -> io::Result<()> {
     Ok(())
 }
 
+/// Closes every descriptor above 2 but `keep`: what a long-lived helper
+/// (the keeper) does first, so that descriptors its starter inherited (an
+/// MPI launcher's PMI socket, a scheduler's pipes) are not held open for
+/// the helper's whole life (the launcher would wait for them to close).
+pub fn close_inherited(keep: Option<i32>) {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<i32> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+        .filter(|fd| *fd > 2 && Some(*fd) != keep)
+        .collect();
+    for fd in fds {
+        // SAFETY: this runs first thing in the helper, single-threaded,
+        // before it opens or owns anything: no live object refers to these
+        // inherited numbers (the read_dir handle is already closed; its own
+        // number fails harmlessly with EBADF).
+        unsafe {
+            libc::close(fd);
+        }
+    }
+}
+
 /// Takes ownership of descriptor `fd`, which the parent handed down on
 /// purpose (`berth __keeper ... fd:N`); `None` if it is not open.
 pub fn take_inherited_fd(fd: i32) -> Option<std::fs::File> {

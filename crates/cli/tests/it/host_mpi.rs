@@ -142,3 +142,23 @@ fn incompatible_images_are_refused_naming_both() {
     sb.run(&["run", "--mpi", &plain, "true"])
         .fails(125, "the image has no MPI library");
 }
+
+#[test]
+fn the_launcher_does_not_wait_for_the_keeper() {
+    // The first rank starts the image's keeper, which outlives the job
+    // step by its idle time. It must not hold the launcher's PMI socket
+    // (inherited by berth) open: mpiexec would wait for it to close.
+    let env = need_env!();
+    let mut sb = Sandbox::new(env);
+    sb.extra_env
+        .push(("BERTH_KEEPER_IDLE".to_string(), "20".to_string()));
+    let img = pull(&sb, "mpich");
+    let t = std::time::Instant::now();
+    let out = mpiexec(&sb, 2, &[&img, "mpi-probe"]).ok().stdout();
+    assert_eq!(ranks(&out).len(), 2, "{out}");
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(15),
+        "mpiexec took {:?}: the keeper held its descriptors",
+        t.elapsed()
+    );
+}

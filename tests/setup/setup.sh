@@ -39,7 +39,8 @@ REPO=berth-test
 
 PACKAGES=(squashfs-tools-ng squashfs-tools skopeo umoci docker-registry
           apache2-utils busybox-static zstd squashfuse fuse3 jq python3
-          curl gzip debootstrap podman runc uidmap catatonit openssl gcc libc6-dev mpich libmpich-dev)
+          curl gzip debootstrap podman runc uidmap catatonit openssl gcc libc6-dev mpich libmpich-dev
+          slurm-wlm munge)
 
 die() { echo "setup.sh: ERROR: $*" >&2; exit 1; }
 trap 'echo "setup.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
@@ -339,6 +340,10 @@ rm -f "$TMP_MAN"
 # other ABIs, for the MPI bind-model tests (the host MPI is Debian's MPICH).
 "$HERE/mpi_images.sh" "$REG_ANON" || die "building the MPI test images failed"
 
+# A real Slurm cluster on this machine: munged, slurmctld and three slurmd
+# "nodes", all under $BERTH_IT_DIR/slurm (stopped by teardown.sh).
+"$HERE/slurm_cluster.sh" up "$BERTH_IT_DIR/slurm" 3 || die "starting the Slurm test cluster failed"
+
 # Rootless podman for the test user, to compare Docker semantics with
 # (see ../shared/notes: no systemd, so cgroupfs and file events; host
 # network; the loopback registry is plain HTTP). Its state stays under
@@ -381,6 +386,7 @@ BERTH_IT_REG_AUTH_STORAGE=$REG_DIR/auth/storage
 BERTH_IT_REG_TOKEN_STORAGE=$REG_DIR/token/storage
 BERTH_IT_PODMAN_HOME=$PODMAN_HOME
 BERTH_IT_FAKEGPU=$BERTH_IT_DIR/fakegpu
+BERTH_IT_SLURM_CONF=$BERTH_IT_DIR/slurm/slurm.conf
 EOF
 chmod 0644 "$BERTH_IT_DIR/env.tmp"
 mv "$BERTH_IT_DIR/env.tmp" "$BERTH_IT_DIR/env"

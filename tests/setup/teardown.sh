@@ -44,6 +44,11 @@ stop_pid() {
     return 1
 }
 
+# The Slurm test cluster stops its own daemons (by their pid files).
+if [[ -e $BERTH_IT_DIR/slurm/slurm.conf ]]; then
+    bash "$(dirname "${BASH_SOURCE[0]}")/slurm_cluster.sh" down "$BERTH_IT_DIR/slurm" || true
+fi
+
 if [[ -d $RUN_DIR ]]; then
     for pidfile in "$RUN_DIR"/*.pid; do
         [[ -e $pidfile ]] || continue

@@ -14,3 +14,4 @@ mod image_safety;
 mod image_store;
 mod image_token;
 mod runtime_run;
+mod slurm_srun;

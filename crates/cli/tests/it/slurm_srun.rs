@@ -1,0 +1,112 @@
+//! berth under a real Slurm (tests/setup/slurm_cluster.sh: munged,
+//! slurmctld and three slurmd "nodes" on this machine), one container per
+//! task: `srun -N3 berth run`, MPI through `srun --mpi=pmi2` with the
+//! image's MPICH and with the host's injected (`--mpi`), and a failure
+//! reaching srun's output.
+
+use std::fs;
+use std::path::Path;
+
+use crate::harness::{Out, Sandbox};
+use crate::need_env;
+
+fn srun(sb: &Sandbox, args: &[&str]) -> Out {
+    let berth = sb.env.berth.to_string_lossy().into_owned();
+    let mut all: Vec<&str> = Vec::new();
+    let mut rest = args.iter();
+    // srun's own options, then berth and its arguments.
+    for a in rest.by_ref() {
+        if *a == "--" {
+            break;
+        }
+        all.push(a);
+    }
+    all.push(&berth);
+    all.extend(rest);
+    let mut c = sb.command(Path::new("/usr/bin/srun"), &all);
+    c.env("SLURM_CONF", sb.env.var("BERTH_IT_SLURM_CONF"));
+    Out(c.output().unwrap())
+}
+
+fn pull(sb: &Sandbox, name: &str) -> String {
+    let r = format!("{}/berth-test/{name}:latest", sb.env.anon());
+    sb.run(&["pull", "-q", "--tls-verify=false", &r]).ok();
+    r
+}
+
+fn sorted_lines(out: &str) -> Vec<String> {
+    let mut l: Vec<String> = out.lines().map(str::to_string).collect();
+    l.sort();
+    l
+}
+
+#[test]
+fn srun_runs_one_container_per_task_on_each_node() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let img = pull(&sb, "debian-python");
+    let out = srun(
+        &sb,
+        &[
+            "-N3",
+            "-l",
+            "--",
+            "run",
+            &img,
+            "sh",
+            "-c",
+            "echo $SLURM_PROCID $SLURMD_NODENAME $container",
+        ],
+    )
+    .ok()
+    .stdout();
+    assert_eq!(
+        sorted_lines(&out),
+        ["0: 0 n1 berth", "1: 1 n2 berth", "2: 2 n3 berth"],
+        "{out}"
+    );
+    // berth's own failure is srun's failure, with berth's message.
+    let out = srun(&sb, &["-N1", "--", "run", "no-such-image", "true"]);
+    assert_ne!(out.code(), 0);
+    assert!(
+        out.stderr().contains("is not in the store"),
+        "{}",
+        out.stderr()
+    );
+    assert!(out.stderr().contains("exit code 125"), "{}", out.stderr());
+}
+
+#[test]
+fn mpi_through_srun_pmi2_with_the_images_and_the_hosts_mpich() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let mods = sb.dir.path().join("modules.d");
+    fs::create_dir_all(&mods).unwrap();
+    fs::write(
+        mods.join("mpich.toml"),
+        "when = \"mpi\"\n[mpi]\nlibraries = [\"/usr/lib/x86_64-linux-gnu/libmpich.so.12\"]\n",
+    )
+    .unwrap();
+    sb.chown_to_user(&mods);
+    let img = pull(&sb, "mpich");
+    for (extra, lib) in [
+        (None, "x86_64-linux-gnu/libmpich.so.12 "),
+        (Some("--mpi"), "libmpi /.berth/lib/libmpich.so.12 "),
+    ] {
+        let mut args = vec!["--mpi=pmi2", "-N3", "-n6", "--", "run"];
+        args.extend(extra);
+        args.extend([img.as_str(), "mpi-probe"]);
+        let out = srun(&sb, &args).ok().stdout();
+        let ranks: Vec<&str> = out.lines().filter(|l| l.starts_with("rank ")).collect();
+        assert_eq!(ranks.len(), 6, "{out}");
+        for r in &ranks {
+            assert!(
+                r.contains(" of 6 sum 21 ") && r.contains(lib),
+                "{extra:?}: {out}"
+            );
+            if extra.is_none() {
+                assert!(!r.contains("/.berth/"), "{out}");
+            }
+        }
+    }
+}

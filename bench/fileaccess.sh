@@ -355,14 +355,6 @@ cleanup
 # ---------------------------------------------------------------------------
 # Report
 # ---------------------------------------------------------------------------
-json_map() {   # json_map ARRAY_NAME: a bash associative array as JSON
-    local -n map=$1
-    local k out='{}'
-    for k in "${!map[@]}"; do
-        out=$(jq -c --arg k "$k" --arg v "${map[$k]}" '. + {($k): $v}' <<< "$out")
-    done
-    echo "$out"
-}
 declare -A ARGV=()
 # shellcheck disable=SC2034   # ARGV is read through json_map's nameref
 for m in berth kernel host; do

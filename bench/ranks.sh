@@ -213,40 +213,9 @@ prep_bundle() {
     as_user umoci unpack --rootless --image "$SW/oci:$TAG" "$BUNDLE" || return 1
     touch "$SW/bundle.done"
 }
-# As bench/start.sh: what ch-convert does for dir -> dir and dir -> squash.
-CH_MOUNT_DIRS=(bin dev etc mnt proc usr mnt/0 mnt/1 mnt/2 mnt/3 mnt/4 mnt/5 mnt/6 mnt/7 mnt/8 mnt/9)
-CH_MOUNT_FILES=(etc/hosts etc/resolv.conf)
-# shellcheck disable=SC2317
-prep_ch_dir() {
-    local d
-    [[ -e $SW/ch-dir.done ]] && return 0
-    prep_bundle || return 1
-    rm -rf "$SW/ch-dir"
-    as_user cp -a "$BUNDLE/rootfs" "$SW/ch-dir" || return 1
-    for d in "${CH_MOUNT_DIRS[@]}"; do
-        [[ -e $SW/ch-dir/$d || -L $SW/ch-dir/$d ]] || as_user mkdir "$SW/ch-dir/$d" || return 1
-    done
-    for d in "${CH_MOUNT_FILES[@]}"; do
-        [[ -e $SW/ch-dir/$d || -L $SW/ch-dir/$d ]] || as_user touch "$SW/ch-dir/$d" || return 1
-    done
-    touch "$SW/ch-dir.done"
-}
-# shellcheck disable=SC2317
-prep_ch_sqfs() {
-    local d pf=$SW/ch-pseudo
-    [[ -e $SW/ch.sqfs.done ]] && return 0
-    prep_bundle || return 1
-    : > "$pf"
-    for d in "${CH_MOUNT_DIRS[@]}"; do
-        [[ -e $BUNDLE/rootfs/$d || -L $BUNDLE/rootfs/$d ]] || echo "$d d 755 root root" >> "$pf"
-    done
-    for d in "${CH_MOUNT_FILES[@]}"; do
-        [[ -e $BUNDLE/rootfs/$d || -L $BUNDLE/rootfs/$d ]] || echo "$d f 644 root root true" >> "$pf"
-    done
-    as_user mksquashfs "$BUNDLE/rootfs" "$SW/ch.sqfs" -b 65536 -noappend -all-root \
-        -pf "$pf" -no-progress -quiet || return 1
-    touch "$SW/ch.sqfs.done"
-}
+# ch-run's directory and squashfs file, as bench/start.sh makes them.
+# shellcheck source-path=SCRIPTDIR source=lib/charliecloud.sh
+source "$HERE/lib/charliecloud.sh"
 
 # argv TOOL CASE N TAG: the command one rank runs, one word a line.
 argv() {
@@ -387,14 +356,6 @@ cleanup
 # ---------------------------------------------------------------------------
 # Report
 # ---------------------------------------------------------------------------
-json_map() {   # json_map ARRAY_NAME: a bash associative array as JSON
-    local -n map=$1
-    local k out='{}'
-    for k in "${!map[@]}"; do
-        out=$(jq -c --arg k "$k" --arg v "${map[$k]}" '. + {($k): $v}' <<< "$out")
-    done
-    echo "$out"
-}
 declare -A ARGV=()
 # shellcheck disable=SC2034   # ARGV is read through json_map's nameref
 for tool in "${READY[@]}"; do

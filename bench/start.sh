@@ -220,40 +220,9 @@ prep_bundle() {
     touch "$SW/bundle.done"
 }
 
-# What ch-convert (charliecloud-builders, which pulls in docker.io and
-# buildah) does for dir -> dir and dir -> squash: the mount points ch-run
-# may need, and mksquashfs -b 65536 -noappend -all-root (gzip).
-CH_MOUNT_DIRS=(bin dev etc mnt proc usr mnt/0 mnt/1 mnt/2 mnt/3 mnt/4 mnt/5 mnt/6 mnt/7 mnt/8 mnt/9)
-CH_MOUNT_FILES=(etc/hosts etc/resolv.conf)
-prep_ch_dir() {
-    local d
-    [[ -e $SW/ch-dir.done ]] && return 0
-    prep_bundle || return 1
-    rm -rf "$SW/ch-dir"
-    as_user cp -a "$BUNDLE/rootfs" "$SW/ch-dir" || return 1
-    for d in "${CH_MOUNT_DIRS[@]}"; do
-        [[ -e $SW/ch-dir/$d || -L $SW/ch-dir/$d ]] || as_user mkdir "$SW/ch-dir/$d" || return 1
-    done
-    for d in "${CH_MOUNT_FILES[@]}"; do
-        [[ -e $SW/ch-dir/$d || -L $SW/ch-dir/$d ]] || as_user touch "$SW/ch-dir/$d" || return 1
-    done
-    touch "$SW/ch-dir.done"
-}
-prep_ch_sqfs() {
-    local d pf=$SW/ch-pseudo
-    [[ -e $SW/ch.sqfs.done ]] && return 0
-    prep_bundle || return 1
-    : > "$pf"
-    for d in "${CH_MOUNT_DIRS[@]}"; do
-        [[ -e $BUNDLE/rootfs/$d || -L $BUNDLE/rootfs/$d ]] || echo "$d d 755 root root" >> "$pf"
-    done
-    for d in "${CH_MOUNT_FILES[@]}"; do
-        [[ -e $BUNDLE/rootfs/$d || -L $BUNDLE/rootfs/$d ]] || echo "$d f 644 root root true" >> "$pf"
-    done
-    as_user mksquashfs "$BUNDLE/rootfs" "$SW/ch.sqfs" -b 65536 -noappend -all-root \
-        -pf "$pf" -no-progress -quiet || return 1
-    touch "$SW/ch.sqfs.done"
-}
+# ch-run's directory and squashfs file (prep_ch_dir, prep_ch_sqfs).
+# shellcheck source-path=SCRIPTDIR source=lib/charliecloud.sh
+source "$HERE/lib/charliecloud.sh"
 
 # One bundle per case for crun/runc: a config.json (terminal off, the
 # case's command) whose root is the shared unpacked rootfs.
@@ -463,14 +432,6 @@ sqfs_params() {
         /^Compression / { c = $2 }
         /^Block size /  { b = $3 }
         END { print c, b }'
-}
-json_map() {   # json_map ARRAY_NAME: a bash associative array as JSON
-    local -n m=$1
-    local k out='{}'
-    for k in "${!m[@]}"; do
-        out=$(jq -c --arg k "$k" --arg v "${m[$k]}" '. + {($k): $v}' <<< "$out")
-    done
-    echo "$out"
 }
 BERTH_SQFS=$(find "$SW/berth-store" -name image.sqfs -print -quit 2>/dev/null || true)
 

@@ -237,6 +237,16 @@ stop_podman_pause() {
     rm -f "$f"
 }
 
+# json_map ARRAY_NAME: a bash associative array as a JSON object.
+json_map() {
+    local -n map=$1
+    local k out='{}'
+    for k in "${!map[@]}"; do
+        out=$(jq -c --arg k "$k" --arg v "${map[$k]}" '. + {($k): $v}' <<< "$out")
+    done
+    echo "$out"
+}
+
 # version_of CMD...: the first line CMD prints, or "unknown".
 version_of() { local v; v=$("$@" 2>/dev/null | sed -n 1p) || true; echo "${v:-unknown}"; }
 

@@ -119,16 +119,16 @@ fn pipe() -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
     rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(std::io::Error::from)
 }
 
-fn read_all(fd: &std::os::fd::OwnedFd) -> String {
+/// Everything until the other side closes its end: each side writes its
+/// one message and closes, so end of file is the end of the message (or
+/// the other side's death).
+fn read_to_end(fd: &std::os::fd::OwnedFd) -> String {
     let mut out = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
         match rustix::io::read(fd, &mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => out.extend_from_slice(&buf[..n]),
-        }
-        if out.ends_with(b"\n") && out.starts_with(b"ready") {
-            break;
         }
     }
     String::from_utf8_lossy(&out).into_owned()
@@ -154,15 +154,7 @@ impl Sync {
         drop(_w);
         let _ = rustix::io::write(&w, format!("ready {pid}\n").as_bytes());
         drop(w);
-        let mut text = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            match rustix::io::read(&r, &mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => text.extend_from_slice(&buf[..n]),
-            }
-        }
-        let text = String::from_utf8_lossy(&text);
+        let text = read_to_end(&r);
         let mut env = Vec::new();
         for line in text.lines() {
             if line == "go" {
@@ -201,7 +193,7 @@ impl ParentEnd {
     /// Waits for the container process; its pid, or `None` if it ended
     /// before it was ready.
     pub fn wait(&self) -> Option<i32> {
-        let text = read_all(&self.from_child);
+        let text = read_to_end(&self.from_child);
         text.trim().strip_prefix("ready ")?.parse().ok()
     }
 

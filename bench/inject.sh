@@ -14,6 +14,9 @@
 set -Eeuo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$HERE/.." && pwd)
+# berth and the helpers run as the unprivileged user: work from /, not
+# from the caller's directory (a clone under a 0700 directory, say).
+cd /
 RUNS=30
 WARMUP=3
 SMOKE=0
@@ -43,6 +46,8 @@ W=$WORK/inject
 rm -rf "$W/site-discovery" "$W/site-cdi" "$W/logs"
 install -d -m 0755 "$W" "$W/bin" "$W/logs" "$W/site-discovery/modules.d" "$W/site-cdi"
 install -m 0755 "$BERTH_BIN" "$W/bin/berth"
+# The helper, where the user can read it (the checkout may not be).
+install -m 0755 "$HERE/lib/start-loop.py" "$W/bin/start-loop.py"
 chown "$BUID:$BGID" "$W/logs"
 "$REPO_ROOT/tests/setup/fake_gpu.sh" "$W/fake" > "$W/logs/fake_gpu.log"
 F=$W/fake
@@ -94,7 +99,7 @@ cat > "$W/spec.json" <<JSON
 JSON
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 log "$RUNS rounds of 4 starts (plain, --gpus discovery, --gpus CDI, --mpi module)"
-as_user python3 "$HERE/lib/start-loop.py" "$W/spec.json" "$W/logs/starts.tsv"
+as_user python3 "$W/bin/start-loop.py" "$W/spec.json" "$W/logs/starts.tsv"
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 OUT=$HERE/results/inject-$STAMP.json
 install -d "$HERE/results"

@@ -17,6 +17,9 @@
 set -Eeuo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
+# berth and the helpers run as the unprivileged user: work from /, not
+# from the caller's directory (a clone under a 0700 directory, say).
+cd /
 DELAYS="0 200 500 1000"
 RANKS="1 8"
 MODULES=300 FUNCTIONS=100 UTILS=100

@@ -10,6 +10,9 @@
 # and bench/results/squashfs-settings-TIME.csv.
 set -Eeuo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# berth and the helpers run as the unprivileged user: work from /, not
+# from the caller's directory (a clone under a 0700 directory, say).
+cd /
 RUNS=10
 SMOKE=0
 while (($#)); do

@@ -32,6 +32,9 @@ set -Eeuo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$HERE/.." && pwd)
+# berth and the helpers run as the unprivileged user: work from /, not
+# from the caller's directory (a clone under a 0700 directory, say).
+cd /
 
 # ---------------------------------------------------------------------------
 # Defaults and options

@@ -71,6 +71,10 @@ pub enum Command {
     Logout(LogoutArgs),
     /// List the site's modules and CDI devices (what --module, --gpus and --device can inject).
     Modules(ModulesArgs),
+    /// Run a command in a live shared container (see run --shared).
+    Exec(ExecArgs),
+    /// List your live shared containers on this node.
+    Ps(PsArgs),
 }
 
 impl Command {
@@ -161,6 +165,15 @@ pub struct RunArgs {
     /// A name for the container (its id in the OCI state hooks see).
     #[arg(long)]
     pub name: Option<String>,
+    /// Join the node's shared container KEY, creating it if there is none: all tasks with one KEY share one container (namespaces, mounts, page cache); it goes away with its last task.
+    #[arg(long, value_name = "KEY")]
+    pub shared: Option<String>,
+    /// With --shared: keep the container this long after its last task left, for tasks still to come.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0, requires = "shared")]
+    pub linger: u64,
+    /// An absolute command missing from the image is looked up by its name in the image's PATH (the Slurm plugin sets it: srun resolves commands on the submit host).
+    #[arg(long, hide = true)]
+    pub argv0_fallback: bool,
     /// Print what the run would do (command, environment, binds, injected host resources) as JSON, and start nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -169,6 +182,39 @@ pub struct RunArgs {
     /// Command and arguments (default: the image's ENTRYPOINT and CMD).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     pub command: Vec<String>,
+}
+
+/// `berth exec`.
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// Set an environment variable (NAME=VALUE, or NAME to take the host's value); the rest is the container's.
+    #[arg(short = 'e', long = "env", value_name = "NAME[=VALUE]")]
+    pub env: Vec<String>,
+    /// Working directory inside (default: the container's).
+    #[arg(short = 'w', long = "workdir", value_name = "DIR")]
+    pub workdir: Option<String>,
+    /// Accepted for podman compatibility (standard input is always the caller's).
+    #[arg(short = 'i', long)]
+    pub interactive: bool,
+    /// Accepted for podman compatibility (the caller's terminal is used).
+    #[arg(short = 't', long)]
+    pub tty: bool,
+    /// The shared container's key (berth ps).
+    pub name: String,
+    /// Command and arguments.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    pub command: Vec<String>,
+}
+
+/// `berth ps`.
+#[derive(Debug, Args)]
+pub struct PsArgs {
+    /// Output format: table or json.
+    #[arg(long, default_value = "table", value_parser = ["table", "json"])]
+    pub format: String,
+    /// Show only the keys.
+    #[arg(long, short)]
+    pub quiet: bool,
 }
 
 /// `berth shell`.

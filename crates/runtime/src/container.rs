@@ -101,15 +101,29 @@ pub struct RunSpec {
     pub annotations: Vec<(String, String)>,
     /// The container's id in the OCI state (`--name`, else generated).
     pub id: String,
+    /// An absolute command that the image lacks is looked up by its base
+    /// name in the container's PATH (the Slurm plugin: srun resolves the
+    /// command on the submit host, where `/usr/bin/python3` may be the
+    /// image's `/usr/local/bin/python3`).
+    pub argv0_fallback: bool,
 }
 
-struct Timing {
+pub(crate) struct Timing {
     on: bool,
     started: Instant,
     marks: Vec<(&'static str, Duration)>,
 }
 
 impl Timing {
+    /// Off: for processes whose phases nobody reports.
+    pub(crate) fn off() -> Self {
+        Timing {
+            on: false,
+            started: Instant::now(),
+            marks: Vec::new(),
+        }
+    }
+
     fn mark(&mut self, phase: &'static str) {
         if self.on {
             self.marks.push((phase, self.started.elapsed()));
@@ -142,7 +156,7 @@ impl Timing {
 /// MPI launcher (Hydra's mpiexec, Slurm's PMI-2) hands each rank and names
 /// in `PMI_FD`. Only a socket is kept, so the variable cannot be used to
 /// pass one of berth's own descriptors (a directory, a namespace) on.
-fn inherited_fds(env: &[(String, String)]) -> Vec<i32> {
+pub(crate) fn inherited_fds(env: &[(String, String)]) -> Vec<i32> {
     env.iter()
         .filter(|(k, _)| k == "PMI_FD")
         .filter_map(|(_, v)| v.trim().parse().ok())
@@ -158,20 +172,7 @@ pub fn run(spec: &RunSpec) -> Result<i32> {
         marks: Vec::new(),
     };
     timing.mark("config");
-    let lease = keeper::acquire(
-        &spec.berth_exe,
-        &spec.image,
-        &spec.image_id,
-        spec.mode,
-        spec.keeper_idle,
-        spec.template.as_ref(),
-        spec.image_file.as_deref(),
-    )?;
-    if let Some(lock) = &spec.startup_lock {
-        if let Ok(mut held) = lock.lock() {
-            held.take();
-        }
-    }
+    let lease = lease_for(spec)?;
     timing.mark("keeper");
     let mut watched: Vec<i32> = FORWARDED.to_vec();
     watched.push(libc::SIGCHLD);
@@ -184,7 +185,7 @@ pub fn run(spec: &RunSpec) -> Result<i32> {
     };
     match sys::fork().map_err(|e| Error::Setup(format!("fork: {e}")))? {
         Fork::Child => {
-            let code = match child(spec, &lease, timing, sync) {
+            let code = match child(spec, &lease, timing, sync, None) {
                 Ok(never) => match never {},
                 Err(e) => {
                     eprintln!("berth: error: {e}");
@@ -250,7 +251,7 @@ fn run_stage(
 /// and a bundle whose root is /proc/PID/root), then `go`, then poststart.
 /// Returns the bundle and the pid for poststop; `Ok(None)` when the
 /// container process ended before it was ready.
-fn hooks_before_start(
+pub(crate) fn hooks_before_start(
     spec: &RunSpec,
     sync: hooks::ParentEnd,
 ) -> std::result::Result<Option<(PathBuf, i32)>, String> {
@@ -296,7 +297,7 @@ fn hooks_before_start(
 }
 
 /// Waits for `pid`, forwarding signals that processes send us.
-fn supervise(pid: libc::pid_t, set: &SigSet) -> Exit {
+pub(crate) fn supervise(pid: libc::pid_t, set: &SigSet) -> Exit {
     loop {
         match sys::wait_signal(set) {
             Ok(sig) if sig.signo == libc::SIGCHLD => {
@@ -335,11 +336,14 @@ fn init_loop(command: libc::pid_t, set: &SigSet) -> Exit {
     }
 }
 
-fn child(
+/// In a forked child: join the keeper, build the container, `exec` the
+/// command; or, given `hold`, stay as a shared container's holder.
+pub(crate) fn child(
     spec: &RunSpec,
     lease: &KeeperLease,
     mut timing: Timing,
     mut sync: Option<hooks::Sync>,
+    hold: Option<crate::shared::Hold>,
 ) -> Result<std::convert::Infallible> {
     timing.mark("fork");
     if let Some(userns) = &lease.userns {
@@ -468,14 +472,10 @@ fn child(
             }
         }
     }
-    let program = resolve_command(&spec.argv[0], &env, &spec.workdir);
-    let program = match program {
-        Ok(p) => p,
-        Err((code, msg)) => {
-            eprintln!("berth: error: {msg}");
-            sys::exit_now(code);
-        }
-    };
+    if let Some(hold) = hold {
+        crate::shared::hold(hold);
+    }
+    let program = resolve_or_exit(&spec.argv[0], &env, &spec.workdir, spec.argv0_fallback);
     timing.mark("pivot");
     if spec.pid_ns {
         // PID 1 stays berth: it reaps orphans and forwards signals.
@@ -492,11 +492,40 @@ fn child(
     }
     timing.mark("exec");
     timing.report();
-    sys::cloexec_all_but(&inherited_fds(&spec.env));
+    exec_command(&program, &spec.argv, &env, &spec.env)
+}
+
+/// The command's program in the container, or berth's message and exit
+/// (127 not found, 126 not executable).
+pub(crate) fn resolve_or_exit(
+    cmd: &str,
+    env: &[(String, String)],
+    workdir: &str,
+    argv0_fallback: bool,
+) -> PathBuf {
+    match resolve_command(cmd, env, workdir, argv0_fallback) {
+        Ok(p) => p,
+        Err((code, msg)) => {
+            eprintln!("berth: error: {msg}");
+            sys::exit_now(code);
+        }
+    }
+}
+
+/// The last step in the container: only the descriptors the command must
+/// inherit (stdio, a PMI socket named in `task_env`) stay open, signals
+/// take their defaults, and `program` replaces berth.
+pub(crate) fn exec_command(
+    program: &Path,
+    argv: &[String],
+    env: &[(String, String)],
+    task_env: &[(String, String)],
+) -> ! {
+    sys::cloexec_all_but(&inherited_fds(task_env));
     sys::reset_signals();
-    let err = std::process::Command::new(&program)
-        .arg0(&spec.argv[0])
-        .args(&spec.argv[1..])
+    let err = std::process::Command::new(program)
+        .arg0(&argv[0])
+        .args(&argv[1..])
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
         .exec();
@@ -506,6 +535,26 @@ fn child(
     };
     eprintln!("berth: error: cannot execute {}: {err}", program.display());
     sys::exit_now(code)
+}
+
+/// Takes a share in the keeper of `spec`'s image (starting it if needed)
+/// and lets the other ranks waiting on the caller's start-up lock go.
+pub(crate) fn lease_for(spec: &RunSpec) -> Result<KeeperLease> {
+    let lease = keeper::acquire(
+        &spec.berth_exe,
+        &spec.image,
+        &spec.image_id,
+        spec.mode,
+        spec.keeper_idle,
+        spec.template.as_ref(),
+        spec.image_file.as_deref(),
+    )?;
+    if let Some(lock) = &spec.startup_lock {
+        if let Ok(mut held) = lock.lock() {
+            held.take();
+        }
+    }
+    Ok(lease)
 }
 
 /// Whether a run can start from the keeper's prepared root: it wants the
@@ -538,10 +587,11 @@ fn become_caller(uid: u32, gid: u32) -> Result<()> {
 /// Finds the command in the container, as a shell would: a name with a `/`
 /// is a path (relative to the working directory), anything else is searched
 /// in the container's PATH. Errors carry exit codes 127 and 126.
-fn resolve_command(
+pub(crate) fn resolve_command(
     cmd: &str,
     env: &[(String, String)],
     workdir: &str,
+    argv0_fallback: bool,
 ) -> Result<PathBuf, (i32, String)> {
     let executable = |p: &Path| -> Option<bool> {
         let m = std::fs::metadata(p).ok()?;
@@ -555,6 +605,14 @@ fn resolve_command(
         };
         return match executable(&p) {
             Some(true) => Ok(p),
+            None if argv0_fallback && cmd.starts_with('/') => {
+                let base = Path::new(cmd)
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .unwrap_or(cmd);
+                resolve_command(base, env, workdir, false)
+                    .map_err(|(code, msg)| (code, format!("{cmd}: not in the image, and {msg}")))
+            }
             Some(false) => Err((
                 EXIT_NOT_EXECUTABLE,
                 format!("{cmd}: permission denied (not an executable file)"),

@@ -53,7 +53,8 @@ impl IdMode {
         }
     }
 
-    fn as_str(self) -> &'static str {
+    /// The mode's name (`identity`, `fakeroot`, `root`).
+    pub fn as_str(self) -> &'static str {
         match self {
             IdMode::Identity => "identity",
             IdMode::FakeRoot => "fakeroot",
@@ -61,7 +62,8 @@ impl IdMode {
         }
     }
 
-    fn parse(s: &str) -> Option<Self> {
+    /// The mode named `s` ([`IdMode::as_str`]).
+    pub fn parse(s: &str) -> Option<Self> {
         match s {
             "identity" => Some(IdMode::Identity),
             "fakeroot" => Some(IdMode::FakeRoot),
@@ -139,13 +141,19 @@ impl KeeperLease {
         self.dir.join("mnt/image")
     }
 
+    /// The descriptor that holds this lease's share of the keeper (a
+    /// process that inherits it keeps the keeper alive while it lives).
+    pub(crate) fn share_fd(&self) -> i32 {
+        self._users.as_raw_fd()
+    }
+
     /// A scratch mount point for a run's own tmpfs.
     pub fn stage(&self) -> PathBuf {
         self.dir.join("mnt/stage")
     }
 }
 
-fn open_lock(path: &Path) -> Result<File> {
+pub(crate) fn open_lock(path: &Path) -> Result<File> {
     OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -155,7 +163,7 @@ fn open_lock(path: &Path) -> Result<File> {
         .map_err(|e| Error::io("open", path, e))
 }
 
-fn lock(f: &File, op: FlockOperation, path: &Path) -> Result<()> {
+pub(crate) fn lock(f: &File, op: FlockOperation, path: &Path) -> Result<()> {
     flock(f, op).map_err(|e| Error::io("lock", path, e.into()))
 }
 
@@ -170,7 +178,7 @@ fn keeper_alive(dir: &Path) -> Option<i32> {
     (text.contains("__keeper") && text.contains(&*dir.to_string_lossy())).then_some(pid)
 }
 
-fn open_ns(pid: i32, kind: &str) -> Result<OwnedFd> {
+pub(crate) fn open_ns(pid: i32, kind: &str) -> Result<OwnedFd> {
     let p = format!("/proc/{pid}/ns/{kind}");
     let f = File::open(&p).map_err(|e| Error::io("open", &p, e))?;
     Ok(f.into())
@@ -462,7 +470,7 @@ fn keeper_run(args: &[String]) -> Result<()> {
         .and_then(|s| s.strip_prefix("fd:"))
         .and_then(|n| n.parse().ok());
     // Nothing else the starting run inherited stays open in the keeper.
-    sys::close_inherited(image_fd);
+    sys::close_inherited(image_fd.as_slice());
     let image_file = match image_fd {
         Some(fd) => {
             sys::take_inherited_fd(fd).ok_or_else(|| Error::Setup(format!("no descriptor {fd}")))?

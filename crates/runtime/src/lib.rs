@@ -6,6 +6,8 @@
 //! - [`rootfs`]: a container's root file system: overlay, /proc, /sys, /dev,
 //!   identity files, binds, `pivot_root`.
 //! - [`container`]: fork, namespaces, exec, exit codes and signals.
+//! - [`shared`]: per-node shared containers that tasks join (`--shared`,
+//!   `berth exec`, `berth ps`).
 //! - [`sys`]: the few raw system calls, each `unsafe` block explained.
 
 pub mod container;
@@ -14,6 +16,7 @@ pub mod hooks;
 pub mod keeper;
 pub mod rootfs;
 pub mod semantics;
+pub mod shared;
 pub mod sys;
 
 pub use container::{run, Preflight, RunSpec};

@@ -443,24 +443,26 @@ pub fn restrict_bounding_set(keep: &[u32]) -> io::Result<()> {
     Ok(())
 }
 
-/// Closes every descriptor above 2 but `keep`: what a long-lived helper
-/// (the keeper) does first, so that descriptors its starter inherited (an
+/// Closes every descriptor above 2 but those in `keep`: what a long-lived
+/// helper (the keeper, a shared container's holder) does first, so that descriptors its starter inherited (an
 /// MPI launcher's PMI socket, a scheduler's pipes) are not held open for
 /// the helper's whole life (the launcher would wait for them to close).
-pub fn close_inherited(keep: Option<i32>) {
+pub fn close_inherited(keep: &[i32]) {
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
         return;
     };
     let fds: Vec<i32> = dir
         .flatten()
         .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
-        .filter(|fd| *fd > 2 && Some(*fd) != keep)
+        .filter(|fd| *fd > 2 && !keep.contains(fd))
         .collect();
     for fd in fds {
-        // SAFETY: this runs first thing in the helper, single-threaded,
-        // before it opens or owns anything: no live object refers to these
-        // inherited numbers (the read_dir handle is already closed; its own
-        // number fails harmlessly with EBADF).
+        // SAFETY: this runs in a single-threaded helper that owns nothing
+        // it will use again through these numbers: the keeper calls it
+        // first thing, a holder just before it only waits and exits with
+        // `_exit` (no destructor runs to close a number twice). The
+        // read_dir handle is already closed; its own number fails
+        // harmlessly with EBADF.
         unsafe {
             libc::close(fd);
         }

@@ -6,6 +6,7 @@ mod login;
 mod modules;
 mod pull;
 mod run;
+mod shared;
 
 use std::process::ExitCode;
 
@@ -38,6 +39,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Login(a) => login::login(&ctx, a),
         Command::Logout(a) => login::logout(a),
         Command::Modules(a) => modules::list(&ctx, a),
+        Command::Exec(a) => shared::exec(a),
+        Command::Ps(a) => shared::ps(a),
     }
 }
 

@@ -24,15 +24,36 @@ pub fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
         args: args.command.clone(),
         ..UserRequest::default()
     };
+    let how = How {
+        dry_run: args.dry_run,
+        name: args.name.clone(),
+        shared: args
+            .shared
+            .clone()
+            .map(|k| (k, Duration::from_secs(args.linger))),
+        argv0_fallback: args.argv0_fallback,
+    };
     finish(start(
         ctx,
         &args.container,
         &args.image,
         request,
         started,
-        args.dry_run,
-        args.name.clone(),
+        how,
     ))
+}
+
+/// What `berth run` asks beyond the container options.
+#[derive(Default)]
+struct How {
+    /// Print the plan, start nothing.
+    dry_run: bool,
+    /// The container's name (OCI state id).
+    name: Option<String>,
+    /// The shared container's key and linger time.
+    shared: Option<(String, Duration)>,
+    /// Look up a missing absolute command by its base name.
+    argv0_fallback: bool,
 }
 
 /// `berth shell`: the image's bash if it has one, else sh.
@@ -52,8 +73,7 @@ pub fn shell(ctx: &Context, args: ShellArgs) -> Result<ExitCode> {
         &args.image,
         request,
         started,
-        false,
-        None,
+        How::default(),
     ))
 }
 
@@ -365,9 +385,17 @@ fn start(
     image: &str,
     mut request: UserRequest,
     started: Instant,
-    dry_run: bool,
-    container_name: Option<String>,
+    how: How,
 ) -> Result<i32> {
+    let How {
+        dry_run,
+        name: container_name,
+        shared,
+        argv0_fallback,
+    } = how;
+    if let Some((key, _)) = &shared {
+        berth_runtime::shared::validate_key(key)?;
+    }
     let config = ctx.config()?;
     let mut image_file = None;
     let mut startup_lock = None;
@@ -581,6 +609,12 @@ fn start(
             .collect(),
         annotations,
         id: container_name.unwrap_or_else(|| format!("berth-{}", std::process::id())),
+        argv0_fallback,
     };
-    Ok(berth_runtime::run(&spec)?)
+    match shared {
+        Some((key, linger)) => Ok(berth_runtime::shared::run_shared(
+            &spec, &key, image, linger,
+        )?),
+        None => Ok(berth_runtime::run(&spec)?),
+    }
 }

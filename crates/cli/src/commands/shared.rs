@@ -1,0 +1,83 @@
+//! `berth exec` and `berth ps`: the node's shared containers.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use berth_runtime::shared::{self, Join};
+
+use crate::cli::{ExecArgs, PsArgs};
+
+/// `berth exec NAME CMD...`: the command runs with the container's
+/// environment (its creating task's), `-e` on top, in its working
+/// directory unless `-w` names another.
+pub fn exec(args: ExecArgs) -> Result<ExitCode> {
+    let Some(info) = shared::lookup(&args.name)? else {
+        eprintln!(
+            "berth: error: no shared container {} on this node (berth ps lists them; they go away with their last task)",
+            args.name
+        );
+        return Ok(ExitCode::from(berth_runtime::error::EXIT_BERTH as u8));
+    };
+    let mut env = info.env.clone();
+    for e in &args.env {
+        let (k, v) = match e.split_once('=') {
+            Some((k, v)) => (k.to_string(), v.to_string()),
+            None => match std::env::var(e) {
+                Ok(v) => (e.clone(), v),
+                Err(_) => continue,
+            },
+        };
+        env.retain(|(n, _)| *n != k);
+        env.push((k, v));
+    }
+    let job = Join {
+        argv: args.command,
+        env,
+        workdir: args.workdir.unwrap_or(info.workdir),
+        argv0_fallback: false,
+    };
+    match shared::exec(&args.name, &job) {
+        Ok(code) => Ok(ExitCode::from(code.clamp(0, 255) as u8)),
+        Err(e) => {
+            eprintln!("berth: error: {e}");
+            Ok(ExitCode::from(berth_runtime::error::EXIT_BERTH as u8))
+        }
+    }
+}
+
+/// `berth ps`: key, image, holder pid, processes, age.
+pub fn ps(args: PsArgs) -> Result<ExitCode> {
+    let list = shared::list()?;
+    if args.quiet {
+        for c in &list {
+            println!("{}", c.info.key);
+        }
+    } else if args.format == "json" {
+        println!("{}", serde_json::to_string_pretty(&list)?);
+    } else {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        println!(
+            "{:<24} {:<36} {:>8} {:>9} {:>8}",
+            "NAME", "IMAGE", "PID", "PROCESSES", "AGE"
+        );
+        for c in &list {
+            // An image given by id (the Slurm plugin pins ids): its short form.
+            let image = match c.info.image.strip_prefix("sha256:") {
+                Some(hex) => hex.get(..12).unwrap_or(hex),
+                None => c.info.image.as_str(),
+            };
+            println!(
+                "{:<24} {:<36} {:>8} {:>9} {:>7}s",
+                c.info.key,
+                image,
+                c.info.pid,
+                c.processes,
+                now.saturating_sub(c.info.created)
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

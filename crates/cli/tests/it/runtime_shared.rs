@@ -1,0 +1,184 @@
+//! Per-node shared containers without Slurm: `berth run --shared KEY`
+//! (tasks join one container), `berth exec`, `berth ps`, and the
+//! container's end with its last task.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use crate::harness::Sandbox;
+use crate::need_env;
+
+fn debian(sb: &Sandbox) -> String {
+    sb.pull("debian-python:latest").ok();
+    format!("{}/berth-test/debian-python:latest", sb.env.anon())
+}
+
+fn ps(sb: &Sandbox) -> Vec<String> {
+    sb.run(&["ps", "-q"])
+        .ok()
+        .stdout()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn wait_gone(sb: &Sandbox, key: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ps(sb).iter().any(|k| k == key) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!ps(sb).iter().any(|k| k == key), "{key} still listed");
+}
+
+#[test]
+fn sixty_four_tasks_at_once_join_one_container_and_it_goes_away() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let d = debian(&sb);
+    let script = "echo $(readlink /proc/self/ns/mnt) $(readlink /proc/self/ns/user) $(id -u)";
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            sb.berth(&[
+                "run",
+                "--shared",
+                "k64",
+                "--entrypoint",
+                "",
+                &d,
+                "sh",
+                "-c",
+                script,
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    let mut seen = Vec::new();
+    for t in tasks {
+        let o = t.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        seen.push(String::from_utf8_lossy(&o.stdout).trim().to_string());
+    }
+    seen.dedup();
+    // Whether the tasks overlapped or not, every one ran in a container of
+    // the key; those that overlapped share it. Mostly they overlap: at
+    // most a few containers for 64 tasks.
+    let uid = sb.env.user.as_ref().map(|u| u.0).unwrap_or(0);
+    assert!(
+        seen.iter().all(|l| l.ends_with(&format!(" {uid}"))),
+        "{seen:?}"
+    );
+    assert!(
+        seen.len() <= 8,
+        "{} containers for 64 tasks: {seen:?}",
+        seen.len()
+    );
+    wait_gone(&sb, "k64");
+}
+
+#[test]
+fn tasks_share_exec_joins_a_crash_hurts_no_one_and_options_must_match() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let d = debian(&sb);
+    // A long task holds the container.
+    let long = sb
+        .berth(&[
+            "run",
+            "--shared",
+            "kc",
+            "--entrypoint",
+            "",
+            &d,
+            "sh",
+            "-c",
+            "echo $(readlink /proc/self/ns/mnt); sleep 4; echo done",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ps(&sb).iter().any(|k| k == "kc") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let table = sb.run(&["ps"]).ok().stdout();
+    assert!(
+        table.contains("kc") && table.contains("debian-python"),
+        "{table}"
+    );
+    // A task that crashes: its own status, the container stays.
+    let crash = sb.run(&[
+        "run",
+        "--shared",
+        "kc",
+        "--entrypoint",
+        "",
+        &d,
+        "sh",
+        "-c",
+        "kill -SEGV $$",
+    ]);
+    assert_eq!(crash.code(), 128 + 11, "{}", crash.stderr());
+    // berth exec joins the same namespaces, with -e and -w.
+    let out = sb
+        .run(&[
+            "exec",
+            "-e",
+            "GREETING=hi",
+            "-w",
+            "/tmp",
+            "kc",
+            "sh",
+            "-c",
+            "echo $GREETING $(pwd) $(readlink /proc/self/ns/mnt)",
+        ])
+        .ok()
+        .stdout();
+    // Other options for the same key are refused, not silently shared.
+    sb.run(&["run", "--shared", "kc", "--writable", &d, "true"])
+        .fails(125, "already runs");
+    let o = long.wait_with_output().unwrap();
+    let first = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(o.status.success() && first.ends_with("done\n"), "{first}");
+    let ns = first.lines().next().unwrap();
+    assert_eq!(out.trim(), format!("hi /tmp {ns}"));
+    wait_gone(&sb, "kc");
+    sb.run(&["exec", "kc", "true"])
+        .fails(125, "no shared container kc");
+}
+
+#[test]
+fn a_lingering_container_waits_for_the_next_task() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let d = debian(&sb);
+    let ns = |sb: &Sandbox| {
+        sb.run(&[
+            "run",
+            "--shared",
+            "kl",
+            "--linger",
+            "2",
+            "--entrypoint",
+            "",
+            &d,
+            "readlink",
+            "/proc/self/ns/mnt",
+        ])
+        .ok()
+        .stdout()
+    };
+    let first = ns(&sb);
+    assert!(ps(&sb).contains(&"kl".to_string()));
+    assert_eq!(
+        ns(&sb),
+        first,
+        "the second task joined the lingering container"
+    );
+    wait_gone(&sb, "kl");
+    sb.run(&["run", "--shared", "bad/key", &d, "true"])
+        .fails(125, "container name");
+}

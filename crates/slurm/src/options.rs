@@ -1,0 +1,380 @@
+//! The plugin's options (Pyxis's names, plus berth's own) and what they
+//! become: the `berth run` command line a task is started with. Pure, so
+//! it is tested without Slurm.
+
+/// How the tasks of a step on one node get their containers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// One container per node and step; every task joins it.
+    #[default]
+    Shared,
+    /// One container per task.
+    PerTask,
+}
+
+/// The options as the user gave them (`srun --container-...`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// `--container-image`.
+    pub image: Option<String>,
+    /// `--container-mounts` (comma-separated, each `SRC[:DST[:FLAGS]]`).
+    pub mounts: Vec<String>,
+    /// `--container-workdir`.
+    pub workdir: Option<String>,
+    /// `--container-name`.
+    pub name: Option<String>,
+    /// `--container-writable` (vs `--container-readonly`, the default).
+    pub writable: bool,
+    /// `--container-mount-home` (default) or `--no-container-mount-home`.
+    pub mount_home: bool,
+    /// `--container-remap-root` (root inside) or not (the default).
+    pub remap_root: bool,
+    /// `--container-entrypoint` (run the image's entrypoint; off by default,
+    /// as in Pyxis).
+    pub entrypoint: bool,
+    /// `--container-env`: variables whose host value wins over the image's.
+    pub env: Vec<String>,
+    /// `--container-mode`.
+    pub mode: Mode,
+    /// `--container-gpus`.
+    pub gpus: Option<String>,
+    /// `--container-modules` (`mpi` is the host MPI, `berth run --mpi`).
+    pub modules: Vec<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            image: None,
+            mounts: Vec::new(),
+            workdir: None,
+            name: None,
+            writable: false,
+            mount_home: true,
+            remap_root: false,
+            entrypoint: false,
+            env: Vec::new(),
+            mode: Mode::Shared,
+            gpus: None,
+            modules: Vec::new(),
+        }
+    }
+}
+
+/// Which step a task belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The batch script (sbatch).
+    Batch,
+    /// An interactive allocation's shell step (salloc).
+    Interactive,
+    /// A numbered step (srun).
+    Id(u32),
+}
+
+/// The task being started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Task {
+    /// The job id.
+    pub job_id: u32,
+    /// The step.
+    pub step: Step,
+    /// The task's command line, as Slurm would run it.
+    pub argv: Vec<String>,
+}
+
+fn comma_list(value: &str) -> Vec<String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Sets option `name` from its value (`None` for flags); an error says
+/// what is wrong with the value.
+pub fn apply(opts: &mut Options, name: &str, value: Option<&str>) -> Result<(), String> {
+    let need = |v: Option<&str>| -> Result<String, String> {
+        match v.map(str::trim).filter(|v| !v.is_empty()) {
+            Some(v) => Ok(v.to_string()),
+            None => Err(format!("--{name} needs a value")),
+        }
+    };
+    match name {
+        "container-image" => opts.image = Some(need(value)?),
+        "container-mounts" => {
+            for m in comma_list(&need(value)?) {
+                opts.mounts.push(mount(&m)?);
+            }
+        }
+        "container-workdir" => opts.workdir = Some(need(value)?),
+        "container-name" => {
+            let n = need(value)?;
+            // Pyxis's NAME:FLAGS form; berth's named containers have one
+            // behaviour (create or join).
+            let n = n.split(':').next().unwrap_or_default().to_string();
+            if n.is_empty()
+                || !n
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+            {
+                return Err(format!(
+                    "--container-name={n:?}: use letters, digits, '.', '_' and '-'"
+                ));
+            }
+            opts.name = Some(n);
+        }
+        "container-writable" => opts.writable = true,
+        "container-readonly" => opts.writable = false,
+        "container-mount-home" => opts.mount_home = true,
+        "no-container-mount-home" => opts.mount_home = false,
+        "container-remap-root" => opts.remap_root = true,
+        "no-container-remap-root" => opts.remap_root = false,
+        "container-entrypoint" => opts.entrypoint = true,
+        "no-container-entrypoint" => opts.entrypoint = false,
+        "container-env" => opts.env.extend(comma_list(&need(value)?)),
+        "container-mode" => {
+            opts.mode = match need(value)?.as_str() {
+                "shared" => Mode::Shared,
+                "per-task" => Mode::PerTask,
+                other => {
+                    return Err(format!(
+                        "--container-mode={other}: use shared (one container per node that tasks join) or per-task"
+                    ))
+                }
+            }
+        }
+        "container-gpus" => opts.gpus = Some(need(value)?),
+        "container-modules" => opts.modules.extend(comma_list(&need(value)?)),
+        other => return Err(format!("unknown option --{other}")),
+    }
+    Ok(())
+}
+
+/// One `--container-mounts` entry as a berth bind (`SRC[:DST[:ro|rw]]`).
+fn mount(m: &str) -> Result<String, String> {
+    let parts: Vec<&str> = m.split(':').collect();
+    let bad = || {
+        format!("--container-mounts entry {m:?}: expected SRC[:DST[:ro|rw]] with absolute paths")
+    };
+    match parts.as_slice() {
+        [src] if src.starts_with('/') => Ok(format!("{src}:{src}")),
+        [src, dst] if src.starts_with('/') && dst.starts_with('/') => Ok(format!("{src}:{dst}")),
+        [src, dst, flags] if src.starts_with('/') && dst.starts_with('/') => match *flags {
+            "ro" | "rw" => Ok(format!("{src}:{dst}:{flags}")),
+            other => Err(format!(
+                "--container-mounts entry {m:?}: flag {other:?} is not supported (ro or rw)"
+            )),
+        },
+        _ => Err(bad()),
+    }
+}
+
+/// The options registered with Slurm: (name, value's name or `None` for a
+/// flag, usage).
+pub const OPTIONS: &[(&str, Option<&str>, &str)] = &[
+    ("container-image", Some("IMAGE"), "[berth] run the tasks in a container of IMAGE (a registry reference, or a name or id in the berth store)"),
+    ("container-mounts", Some("SRC[:DST[:ro|rw]],..."), "[berth] bind host paths into the container"),
+    ("container-workdir", Some("DIR"), "[berth] working directory inside the container"),
+    ("container-name", Some("NAME"), "[berth] a named container: later steps of the job on the node join it (it stays until the job ends)"),
+    ("container-writable", None, "[berth] make the container's file system writable (changes live in memory)"),
+    ("container-readonly", None, "[berth] keep the container's file system read-only (default)"),
+    ("container-mount-home", None, "[berth] bind the user's home directory (default)"),
+    ("no-container-mount-home", None, "[berth] do not bind the user's home directory"),
+    ("container-remap-root", None, "[berth] be root inside the container (mapped to you)"),
+    ("no-container-remap-root", None, "[berth] be yourself inside the container (default)"),
+    ("container-entrypoint", None, "[berth] run the image's entrypoint before the command"),
+    ("no-container-entrypoint", None, "[berth] do not run the image's entrypoint (default)"),
+    ("container-env", Some("NAME[,NAME...]"), "[berth] these variables take the job's value over the image's"),
+    ("container-mode", Some("shared|per-task"), "[berth] one container per node that all tasks join (shared, default) or one per task"),
+    ("container-gpus", Some("all|LIST"), "[berth] GPUs to give the container (berth run --gpus)"),
+    ("container-modules", Some("NAME[,NAME...]"), "[berth] site modules to apply; mpi replaces the image's MPI with the host's"),
+];
+
+/// How long a named container stays after its last task when the plugin
+/// is not told otherwise (`named_linger=` in plugstack.conf): long enough
+/// for the next step; the job's end removes it earlier.
+pub const NAMED_LINGER_SECONDS: u64 = 3600;
+
+/// The shared container key of a task's step (or of its named container).
+pub fn key(opts: &Options, task: &Task) -> String {
+    match (&opts.name, task.step) {
+        (Some(name), _) => format!("slurm-{}-{name}", task.job_id),
+        (None, Step::Batch) => format!("slurm-{}.batch", task.job_id),
+        (None, Step::Interactive) => format!("slurm-{}.interactive", task.job_id),
+        (None, Step::Id(n)) => format!("slurm-{}.{n}", task.job_id),
+    }
+}
+
+/// The `berth run` command line for `task`: `berth` is the binary, `image`
+/// the image as resolved for the job (its id), `extra_binds` binds the
+/// step needs (the batch script's directory), `named_linger` the seconds a
+/// named container stays after its last task.
+pub fn berth_argv(
+    berth: &str,
+    opts: &Options,
+    image: &str,
+    task: &Task,
+    extra_binds: &[String],
+    named_linger: u64,
+) -> Vec<String> {
+    let mut a: Vec<String> = vec![berth.into(), "run".into(), "--argv0-fallback".into()];
+    let shared = opts.mode == Mode::Shared || opts.name.is_some();
+    if shared {
+        a.push("--shared".into());
+        a.push(key(opts, task));
+        if opts.name.is_some() {
+            a.push("--linger".into());
+            a.push(named_linger.to_string());
+        }
+    }
+    if !opts.entrypoint {
+        a.push("--entrypoint=".into());
+    }
+    for m in opts.mounts.iter().chain(extra_binds) {
+        a.push("-v".into());
+        a.push(m.clone());
+    }
+    if let Some(w) = &opts.workdir {
+        a.push("-w".into());
+        a.push(w.clone());
+    }
+    for e in &opts.env {
+        a.push("-e".into());
+        a.push(e.clone());
+    }
+    if opts.writable {
+        a.push("--writable".into());
+    }
+    if !opts.mount_home {
+        a.push("--no-home".into());
+    }
+    if opts.remap_root {
+        a.push("--fakeroot".into());
+    }
+    if let Some(g) = &opts.gpus {
+        a.push("--gpus".into());
+        a.push(g.clone());
+    }
+    for m in &opts.modules {
+        if m == "mpi" {
+            a.push("--mpi".into());
+        } else {
+            a.push("--module".into());
+            a.push(m.clone());
+        }
+    }
+    a.push(image.into());
+    a.extend(task.argv.iter().cloned());
+    a
+}
+
+/// Whether an image reference names a registry (it is pulled for the job,
+/// so the tag's current digest is used) rather than an image already in
+/// the store: the same rule as `berth run`'s.
+pub fn names_registry(image: &str) -> bool {
+    let first = image.split('/').next().unwrap_or_default();
+    image.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(step: Step) -> Task {
+        Task {
+            job_id: 42,
+            step,
+            argv: vec!["/usr/bin/hostname".into(), "-s".into()],
+        }
+    }
+
+    #[test]
+    fn defaults_are_pyxis_defaults_and_shared_mode() {
+        let mut o = Options::default();
+        apply(&mut o, "container-image", Some("reg:5000/x:1")).unwrap();
+        let a = berth_argv("/b", &o, "sha256:ab", &task(Step::Id(3)), &[], 9);
+        assert_eq!(
+            a,
+            [
+                "/b",
+                "run",
+                "--argv0-fallback",
+                "--shared",
+                "slurm-42.3",
+                "--entrypoint=",
+                "sha256:ab",
+                "/usr/bin/hostname",
+                "-s"
+            ]
+        );
+    }
+
+    #[test]
+    fn every_option_maps() {
+        let mut o = Options::default();
+        for (n, v) in [
+            ("container-image", Some("img")),
+            ("container-mounts", Some("/data,/scratch:/s:ro")),
+            ("container-workdir", Some("/work")),
+            ("container-name", Some("dev:exec")),
+            ("container-writable", None),
+            ("no-container-mount-home", None),
+            ("container-remap-root", None),
+            ("container-entrypoint", None),
+            ("container-env", Some("A,B")),
+            ("container-gpus", Some("0,1")),
+            ("container-modules", Some("mpi,cxi")),
+        ] {
+            apply(&mut o, n, v).unwrap();
+        }
+        let a = berth_argv(
+            "b",
+            &o,
+            "img",
+            &task(Step::Batch),
+            &["/spool:/spool:ro".into()],
+            60,
+        )
+        .join(" ");
+        assert_eq!(
+            a,
+            "b run --argv0-fallback --shared slurm-42-dev --linger 60 -v /data:/data -v /scratch:/s:ro -v /spool:/spool:ro -w /work -e A -e B --writable --no-home --fakeroot --gpus 0,1 --mpi --module cxi img /usr/bin/hostname -s"
+        );
+    }
+
+    #[test]
+    fn per_task_mode_and_keys() {
+        let mut o = Options::default();
+        apply(&mut o, "container-mode", Some("per-task")).unwrap();
+        let a = berth_argv("b", &o, "img", &task(Step::Id(0)), &[], 0);
+        assert!(!a.contains(&"--shared".to_string()));
+        assert_eq!(key(&o, &task(Step::Batch)), "slurm-42.batch");
+        assert_eq!(key(&o, &task(Step::Interactive)), "slurm-42.interactive");
+    }
+
+    #[test]
+    fn bad_values_say_why() {
+        let mut o = Options::default();
+        assert!(apply(&mut o, "container-mode", Some("pod"))
+            .unwrap_err()
+            .contains("per-task"));
+        assert!(apply(&mut o, "container-mounts", Some("rel:/x"))
+            .unwrap_err()
+            .contains("absolute"));
+        assert!(apply(&mut o, "container-mounts", Some("/a:/b:rbind"))
+            .unwrap_err()
+            .contains("rbind"));
+        assert!(apply(&mut o, "container-name", Some("a/b")).is_err());
+        assert!(apply(&mut o, "container-image", Some(" ")).is_err());
+    }
+
+    #[test]
+    fn registry_references() {
+        assert!(names_registry("127.0.0.1:5000/a/b:1"));
+        assert!(names_registry("docker.io/library/debian"));
+        assert!(!names_registry("debian:12"));
+        assert!(!names_registry("sha256:abcd"));
+    }
+}

@@ -1,0 +1,342 @@
+//! The SPANK callbacks (not built for unit tests: they need Slurm's
+//! symbols, which resolve only inside srun and slurmstepd).
+
+use std::error::Error;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+use slurm_spank::{Context, Plugin, SpankHandle, SpankOption, SLURM_VERSION_NUMBER, SPANK_PLUGIN};
+
+use crate::options::{self, Options, Step, Task, NAMED_LINGER_SECONDS, OPTIONS};
+
+/// `plugin_version`: the Slurm found at build time, else the bindings'.
+const VERSION: u32 = if crate::BUILT_FOR != 0 {
+    crate::BUILT_FOR
+} else {
+    SLURM_VERSION_NUMBER
+};
+
+SPANK_PLUGIN!(b"berth", VERSION, BerthPlugin);
+
+/// The variable that carries the job's resolved image id from srun to the
+/// tasks.
+const IMAGE_VAR: &str = "BERTH_SLURM_IMAGE";
+const BATCH_STEP: u32 = 0xffff_fffb;
+const INTERACTIVE_STEP: u32 = 0xffff_fffa;
+
+#[derive(Default)]
+struct BerthPlugin {
+    berth: String,
+    named_linger: u64,
+}
+
+type Res = Result<(), Box<dyn Error>>;
+
+fn fail(msg: String) -> Box<dyn Error> {
+    msg.into()
+}
+
+impl BerthPlugin {
+    /// The user's options, checked.
+    fn options(&self, spank: &SpankHandle) -> Result<Options, Box<dyn Error>> {
+        let mut o = Options::default();
+        for (name, value, _) in OPTIONS {
+            if value.is_some() {
+                if let Some(v) = spank.get_option_value(name)? {
+                    options::apply(&mut o, name, Some(&v)).map_err(fail)?;
+                }
+            } else if spank.is_option_set(name) {
+                options::apply(&mut o, name, None).map_err(fail)?;
+            }
+        }
+        // A flag and its negation both given: the safer one wins.
+        if spank.is_option_set("container-readonly") {
+            o.writable = false;
+        }
+        if spank.is_option_set("no-container-mount-home") {
+            o.mount_home = false;
+        }
+        if spank.is_option_set("no-container-remap-root") {
+            o.remap_root = false;
+        }
+        if spank.is_option_set("no-container-entrypoint") {
+            o.entrypoint = false;
+        }
+        Ok(o)
+    }
+
+    /// Resolves the image once for the step, in srun: a registry reference
+    /// is pulled (its tag's digest now), a stored name is looked up.
+    fn resolve(&self, image: &str) -> Result<String, Box<dyn Error>> {
+        let (args, what): (Vec<&str>, &str) = if options::names_registry(image) {
+            (vec!["pull", "-q", image], "pull")
+        } else {
+            (vec!["inspect", image], "find")
+        };
+        let out = Command::new(&self.berth)
+            .args(&args)
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .map_err(|e| {
+                fail(format!(
+                    "berth: cannot run {}: {e} (set berth=PATH in plugstack.conf)",
+                    self.berth
+                ))
+            })?;
+        if !out.status.success() {
+            return Err(fail(format!(
+                "berth: cannot {what} image {image} for this job (the reason is above)"
+            )));
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        let id = if what == "pull" {
+            text.trim().to_string()
+        } else {
+            // `berth inspect` prints JSON whose first "id" is the image's.
+            text.split("\"id\": \"")
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .unwrap_or_default()
+                .to_string()
+        };
+        if !id.starts_with("sha256:") {
+            return Err(fail(format!(
+                "berth: unexpected answer for image {image}: {text}"
+            )));
+        }
+        Ok(id)
+    }
+}
+
+unsafe impl Plugin for BerthPlugin {
+    fn init(&mut self, spank: &mut SpankHandle) -> Res {
+        self.berth = "berth".into();
+        self.named_linger = NAMED_LINGER_SECONDS;
+        for arg in spank.plugin_argv()? {
+            match arg.split_once('=') {
+                Some(("berth", path)) => self.berth = path.to_string(),
+                Some(("named_linger", s)) => {
+                    self.named_linger = s
+                        .parse()
+                        .map_err(|_| fail(format!("berth plugin: named_linger={s}: not a number of seconds")))?
+                }
+                _ => return Err(fail(format!("berth plugin: unknown argument {arg:?} in plugstack.conf (berth=PATH, named_linger=SECONDS)"))),
+            }
+        }
+        if matches!(spank.context()?, Context::Slurmd | Context::JobScript) {
+            return Ok(());
+        }
+        for (name, value, usage) in OPTIONS {
+            let mut opt = SpankOption::new(name).usage(usage);
+            if let Some(v) = value {
+                opt = opt.takes_value(v);
+            }
+            spank.register_option(opt)?;
+        }
+        Ok(())
+    }
+
+    fn init_post_opt(&mut self, spank: &mut SpankHandle) -> Res {
+        let context = spank.context()?;
+        if matches!(
+            context,
+            Context::Local | Context::Allocator | Context::Remote
+        ) {
+            // Bad option values stop the job here, with the reason.
+            let opts = self.options(spank)?;
+            // sbatch and salloc: the image is resolved at submission, as
+            // srun does it for a step, and the job's environment carries it.
+            if let (Context::Allocator, Some(image)) = (context, &opts.image) {
+                let id = self.resolve(image)?;
+                std::env::set_var(IMAGE_VAR, &id);
+            }
+        }
+        Ok(())
+    }
+
+    fn local_user_init(&mut self, spank: &mut SpankHandle) -> Res {
+        let opts = self.options(spank)?;
+        let Some(image) = &opts.image else {
+            return Ok(());
+        };
+        let id = self.resolve(image)?;
+        // srun passes its environment to the tasks.
+        std::env::set_var(IMAGE_VAR, &id);
+        Ok(())
+    }
+
+    fn task_init(&mut self, spank: &mut SpankHandle) -> Res {
+        let opts = self.options(spank)?;
+        let Some(image) = &opts.image else {
+            return Ok(());
+        };
+        let env: Vec<(String, String)> = spank
+            .job_env()?
+            .iter()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let image = env
+            .iter()
+            .find(|(k, _)| k == IMAGE_VAR)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| image.clone());
+        let step = match spank.job_stepid()? {
+            BATCH_STEP => Step::Batch,
+            INTERACTIVE_STEP => Step::Interactive,
+            n => Step::Id(n),
+        };
+        let argv: Vec<String> = spank.job_argv()?.iter().map(|s| s.to_string()).collect();
+        // The batch script lives in slurmd's spool directory: bind it.
+        let mut extra = Vec::new();
+        if step == Step::Batch {
+            if let Some(dir) = argv
+                .first()
+                .and_then(|s| std::path::Path::new(s).parent())
+                .and_then(|d| d.to_str())
+            {
+                extra.push(format!("{dir}:{dir}:ro"));
+            }
+        }
+        let task = Task {
+            job_id: spank.job_id()?,
+            step,
+            argv,
+        };
+        if opts.name.is_some() {
+            note_state_dir(&env, task.job_id);
+        }
+        let cmd = options::berth_argv(&self.berth, &opts, &image, &task, &extra, self.named_linger);
+        // Slurm 22.05 has no spank_prepend_task_argv: the task becomes
+        // berth here, with the environment Slurm built for it (PMI
+        // variables included) and its descriptors.
+        let err = Command::new(&cmd[0])
+            .args(&cmd[1..])
+            .env_clear()
+            .envs(
+                env.iter()
+                    .filter(|(k, _)| k != IMAGE_VAR)
+                    .map(|(k, v)| (k, v)),
+            )
+            .exec();
+        Err(fail(format!(
+            "berth plugin: cannot start {}: {err}",
+            cmd[0]
+        )))
+    }
+
+    fn job_epilog(&mut self, spank: &mut SpankHandle) -> Res {
+        // Named containers of this job stay after their last task, for the
+        // next step: they go now. Their records are in the user's runtime
+        // directory on this node (the usual places, and those the tasks
+        // noted).
+        let uid = spank.job_uid()?;
+        let job = spank.job_id()?;
+        let note = note_path(uid, job);
+        let mut bases = vec![
+            format!("/run/user/{uid}/berth"),
+            format!("/tmp/berth-{uid}"),
+        ];
+        if let Ok(meta) = std::fs::symlink_metadata(&note) {
+            use std::os::unix::fs::MetadataExt;
+            if meta.is_file() && meta.uid() == uid {
+                if let Ok(text) = std::fs::read_to_string(&note) {
+                    bases.extend(text.lines().map(str::to_string));
+                }
+            }
+            let _ = std::fs::remove_file(&note);
+        }
+        bases.sort();
+        bases.dedup();
+        let prefix = format!("slurm-{job}-");
+        for base in bases {
+            let Ok(dirs) = std::fs::read_dir(format!("{base}/containers")) else {
+                continue;
+            };
+            for d in dirs.flatten() {
+                if !d.file_name().to_string_lossy().starts_with(&prefix) {
+                    continue;
+                }
+                let Ok(info) = std::fs::read_to_string(d.path().join("info.json")) else {
+                    continue;
+                };
+                // The record is the user's to write: signal only a process
+                // of that user whose start time matches.
+                if let Some((pid, start)) = holder(&info) {
+                    if start_time(pid) == Some(start) && proc_uid(pid) == Some(uid) {
+                        // SAFETY: kill(2) with a pid and a signal number
+                        // touches no memory.
+                        unsafe {
+                            libc::kill(pid, libc::SIGKILL);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where a task notes the runtime directory its named containers live in,
+/// for the job epilog (which does not see the job's environment).
+fn note_path(uid: u32, job: u32) -> String {
+    format!("/tmp/berth-slurm-{uid}-{job}.dirs")
+}
+
+/// Notes berth's runtime directory for this task (as berth chooses it:
+/// `$XDG_RUNTIME_DIR/berth`, else `/tmp/berth-UID`).
+fn note_state_dir(env: &[(String, String)], job: u32) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let uid = own_uid();
+    let dir = env
+        .iter()
+        .find(|(k, _)| k == "XDG_RUNTIME_DIR")
+        .map(|(_, v)| v.clone())
+        .filter(|v| !v.is_empty() && std::path::Path::new(v).is_dir())
+        .map(|v| format!("{v}/berth"))
+        .unwrap_or_else(|| format!("/tmp/berth-{uid}"));
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(note_path(uid, job))
+    {
+        let _ = writeln!(f, "{dir}");
+    }
+}
+
+fn own_uid() -> u32 {
+    // SAFETY: getuid(2) cannot fail and touches no memory.
+    unsafe { libc::getuid() }
+}
+
+fn proc_uid(pid: i32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The holder's pid and start time in a container record (`info.json`).
+fn holder(info: &str) -> Option<(i32, u64)> {
+    let num = |key: &str| -> Option<u64> {
+        let rest = info.split(&format!("\"{key}\":")).nth(1)?;
+        rest.trim_start()
+            .split(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()
+    };
+    Some((i32::try_from(num("pid")?).ok()?, num("start_time")?))
+}
+
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(19)?.parse().ok()
+}

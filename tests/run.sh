@@ -23,6 +23,9 @@ echo "== cargo fmt --check"
 cargo fmt --all --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== cargo build; the Slurm test cluster with berth's SPANK plugin"
+cargo build --workspace --locked
+bash tests/setup/slurm_plugin.sh target/debug
 echo "== cargo test"
 # BERTH_IT_REQUIRED: end-to-end tests fail instead of skipping when the
 # fixture environment is missing.
@@ -42,8 +45,7 @@ rm -f "$log"
 if [[ ${BERTH_SKIP_BENCH_SMOKE:-0} != 1 ]]; then
     echo "== benchmark smoke run (bench/run.sh --smoke)"
     bench_status=0
-    { cargo build --workspace --locked -q &&
-      bash bench/run.sh --smoke --bin-dir target/debug; } || bench_status=$?
+    bash bench/run.sh --smoke --bin-dir target/debug || bench_status=$?
     if ((bench_status == 0)); then
         echo "benchmarks (smoke): ok"
     else

@@ -5,6 +5,8 @@
 # and on non-default ports, nothing in /etc touched. Run as root.
 #
 #   slurm_cluster.sh up DIR [NODES]    start (default 3 nodes); prints SLURM_CONF=...
+#                                      (with BERTH_SPANK_PLUGIN=SO and
+#                                      BERTH_SPANK_BERTH=BIN: berth's plugin too)
 #   slurm_cluster.sh down DIR          stop what `up` started, by pid file
 #
 # Clients (also unprivileged users) need SLURM_CONF=DIR/slurm.conf.
@@ -87,6 +89,7 @@ AccountingStorageType=accounting_storage/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 MpiDefault=none
+PlugStackConfig=$DIR/plugstack.conf
 SlurmctldTimeout=30
 SlurmdTimeout=60
 MinJobAge=30
@@ -95,6 +98,20 @@ Waittime=0
 ReturnToService=2
 ${nodes}PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8
 CONF
+    # berth's SPANK plugin when given (BERTH_SPANK_PLUGIN and
+    # BERTH_SPANK_BERTH: the .so and the berth it starts), copied in before
+    # the daemons start (slurmd loads plugstack.conf once, for the job
+    # epilog). "required": a failing option or pull stops the step.
+    install -d -m 0755 "$DIR/plugin"
+    if [[ -n ${BERTH_SPANK_PLUGIN:-} ]]; then
+        install -m 0755 "$BERTH_SPANK_PLUGIN" "$DIR/plugin/libberth_spank.so"
+        install -m 0755 "${BERTH_SPANK_BERTH:?BERTH_SPANK_BERTH names the berth binary}" "$DIR/plugin/berth"
+        echo "required $DIR/plugin/libberth_spank.so berth=$DIR/plugin/berth named_linger=600" \
+            > "$DIR/plugstack.conf"
+        log "berth SPANK plugin installed from $BERTH_SPANK_PLUGIN"
+    else
+        echo "# no plugins (slurm_cluster.sh up with BERTH_SPANK_PLUGIN adds berth's)" > "$DIR/plugstack.conf"
+    fi
     export SLURM_CONF=$DIR/slurm.conf
     slurmctld -f "$SLURM_CONF"
     for ((i = 1; i <= NODES; i++)); do

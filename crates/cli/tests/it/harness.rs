@@ -102,6 +102,14 @@ pub fn env() -> Option<&'static Env> {
     .as_ref()
 }
 
+/// Whether the SPANK plugin is installed for the test cluster.
+pub fn slurm_plugin_installed() -> bool {
+    let dir = std::env::var("BERTH_IT_DIR").unwrap_or_else(|_| "/tmp/berth-it".to_string());
+    Path::new(&dir)
+        .join("slurm/plugin/libberth_spank.so")
+        .exists()
+}
+
 /// Skips the test (returns) when the fixture environment is absent.
 #[macro_export]
 macro_rules! need_env {
@@ -194,6 +202,19 @@ impl Sandbox {
             c.uid(*uid).gid(*gid);
         }
         c
+    }
+
+    /// The site's MPI module for the Slurm tests: the host's MPICH,
+    /// applied with `--mpi` (`--container-modules=mpi`).
+    pub fn host_mpich_module(&self) {
+        let mods = self.dir.path().join("modules.d");
+        fs::create_dir_all(&mods).unwrap();
+        fs::write(
+            mods.join("mpich.toml"),
+            "when = \"mpi\"\n[mpi]\nlibraries = [\"/usr/lib/x86_64-linux-gnu/libmpich.so.12\"]\n",
+        )
+        .unwrap();
+        self.chown_to_user(&mods);
     }
 
     /// Runs berth and returns its output.

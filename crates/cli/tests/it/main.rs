@@ -14,4 +14,6 @@ mod image_safety;
 mod image_store;
 mod image_token;
 mod runtime_run;
+mod runtime_shared;
+mod slurm_spank;
 mod slurm_srun;

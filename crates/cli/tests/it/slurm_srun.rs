@@ -4,7 +4,6 @@
 //! image's MPICH and with the host's injected (`--mpi`), and a failure
 //! reaching srun's output.
 
-use std::fs;
 use std::path::Path;
 
 use crate::harness::{Out, Sandbox};
@@ -80,14 +79,7 @@ fn srun_runs_one_container_per_task_on_each_node() {
 fn mpi_through_srun_pmi2_with_the_images_and_the_hosts_mpich() {
     let env = need_env!();
     let sb = Sandbox::new(env);
-    let mods = sb.dir.path().join("modules.d");
-    fs::create_dir_all(&mods).unwrap();
-    fs::write(
-        mods.join("mpich.toml"),
-        "when = \"mpi\"\n[mpi]\nlibraries = [\"/usr/lib/x86_64-linux-gnu/libmpich.so.12\"]\n",
-    )
-    .unwrap();
-    sb.chown_to_user(&mods);
+    sb.host_mpich_module();
     let img = pull(&sb, "mpich");
     for (extra, lib) in [
         (None, "x86_64-linux-gnu/libmpich.so.12 "),

@@ -1,0 +1,224 @@
+//! berth's SPANK plugin under the real test Slurm (three slurmd "nodes",
+//! tests/setup/slurm_plugin.sh installs the plugin): `srun
+//! --container-image=...` in shared and per-task mode, MPI through
+//! `--mpi=pmi2` with the image's and the host's MPICH, a batch job, a named
+//! container across steps, and errors in srun's own output.
+
+use std::fs;
+use std::path::Path;
+
+use crate::harness::{slurm_plugin_installed, Out, Sandbox};
+use crate::need_env;
+
+/// A sandbox whose user config trusts the plain-HTTP test registry (the
+/// plugin pulls with the user's configuration).
+fn sandbox() -> Option<Sandbox> {
+    let env = crate::harness::env()?;
+    if !slurm_plugin_installed() {
+        assert!(
+            std::env::var_os("BERTH_IT_REQUIRED").is_none(),
+            "berth's SPANK plugin is not installed: tests/setup/slurm_plugin.sh"
+        );
+        eprintln!("skipped: tests/setup/slurm_plugin.sh installs the plugin");
+        return None;
+    }
+    let sb = Sandbox::new(env);
+    let conf = sb.home().join(".config/berth");
+    fs::create_dir_all(&conf).unwrap();
+    fs::write(
+        conf.join("berth.toml"),
+        format!("insecure_registries = [\"{}\"]\n", sb.env.anon()),
+    )
+    .unwrap();
+    sb.chown_to_user(&sb.home());
+    Some(sb)
+}
+
+fn slurm(sb: &Sandbox, program: &str, args: &[&str]) -> Out {
+    let mut c = sb.command(Path::new(program), args);
+    c.env("SLURM_CONF", sb.env.var("BERTH_IT_SLURM_CONF"));
+    c.current_dir(sb.dir.path());
+    Out(c.output().unwrap())
+}
+
+fn image(sb: &Sandbox, name: &str) -> String {
+    format!(
+        "--container-image={}/berth-test/{name}:latest",
+        sb.env.anon()
+    )
+}
+
+fn sorted(out: &str) -> Vec<String> {
+    let mut l: Vec<String> = out.lines().map(str::to_string).collect();
+    l.sort();
+    l
+}
+
+#[test]
+fn spank_tasks_share_one_container_per_node_or_get_their_own() {
+    let _ = need_env!();
+    let Some(sb) = sandbox() else { return };
+    let img = image(&sb, "debian-python");
+    let script =
+        "echo $SLURMD_NODENAME $container $(readlink /proc/self/ns/mnt) $(head -1 /etc/os-release)";
+    let out = slurm(
+        &sb,
+        "/usr/bin/srun",
+        &["-N3", "-n6", "-O", &img, "sh", "-c", script],
+    )
+    .ok()
+    .stdout();
+    let lines = sorted(&out);
+    assert_eq!(lines.len(), 6, "{out}");
+    for node in ["n1", "n2", "n3"] {
+        let on: Vec<&String> = lines
+            .iter()
+            .filter(|l| l.starts_with(&format!("{node} ")))
+            .collect();
+        assert_eq!(on.len(), 2, "{out}");
+        assert_eq!(on[0], on[1], "tasks of {node} share a container: {out}");
+        assert!(
+            on[0].contains(" berth mnt:") && on[0].contains("Debian GNU/Linux 12"),
+            "{out}"
+        );
+    }
+    let out = slurm(
+        &sb,
+        "/usr/bin/srun",
+        &[
+            "-N1",
+            "-n3",
+            "-O",
+            "--container-mode=per-task",
+            &img,
+            "sh",
+            "-c",
+            // Alive together, so namespace numbers are not reused.
+            "readlink /proc/self/ns/mnt; sleep 1",
+        ],
+    )
+    .ok()
+    .stdout();
+    let mut l = sorted(&out);
+    l.dedup();
+    assert_eq!(l.len(), 3, "per-task: one container each: {out}");
+}
+
+#[test]
+fn spank_mpi_pmi2_across_three_nodes_with_the_images_and_the_hosts_mpich() {
+    let _ = need_env!();
+    let Some(sb) = sandbox() else { return };
+    sb.host_mpich_module();
+    let img = image(&sb, "mpich");
+    for (extra, lib) in [
+        (None, "x86_64-linux-gnu/libmpich.so.12 "),
+        (
+            Some("--container-modules=mpi"),
+            "libmpi /.berth/lib/libmpich.so.12 ",
+        ),
+    ] {
+        let mut args = vec!["--mpi=pmi2", "-N3", "-n6", "-O", img.as_str()];
+        args.extend(extra);
+        args.push("mpi-probe");
+        let out = slurm(&sb, "/usr/bin/srun", &args).ok().stdout();
+        let ranks: Vec<&str> = out.lines().filter(|l| l.starts_with("rank ")).collect();
+        assert_eq!(ranks.len(), 6, "{extra:?}: {out}");
+        assert!(
+            ranks
+                .iter()
+                .all(|r| r.contains(" of 6 sum 21 ") && r.contains(lib)),
+            "{extra:?}: {out}"
+        );
+    }
+}
+
+#[test]
+fn spank_batch_job_and_named_container_across_steps() {
+    let _ = need_env!();
+    let Some(sb) = sandbox() else { return };
+    let img = image(&sb, "debian-python");
+    let script = sb.dir.path().join("job.sh");
+    fs::write(
+        &script,
+        "#!/bin/sh\necho \"batch in $container on $SLURMD_NODENAME: $(head -1 /etc/os-release)\"\n",
+    )
+    .unwrap();
+    let log = sb.dir.path().join("batch.out");
+    sb.chown_to_user(sb.dir.path());
+    let (s, l) = (script.to_string_lossy(), log.to_string_lossy());
+    slurm(
+        &sb,
+        "/usr/bin/sbatch",
+        &["--wait", "-N1", "-o", &l, &img, &s],
+    )
+    .ok();
+    let text = fs::read_to_string(&log).unwrap();
+    // Resolved at submission: the node does not pull.
+    assert!(
+        text.starts_with("batch in berth on n") && text.contains("Debian GNU/Linux 12"),
+        "{text}"
+    );
+    assert!(!text.contains("pulling"), "{text}");
+
+    // Two steps of one job: the second sees what the first wrote in the
+    // named container; the job's end removes it.
+    let berth = sb.env.berth.to_string_lossy();
+    let steps = format!(
+        "srun -N1 --container-name=dev --container-writable {img} sh -c 'echo kept > /marker' && \
+         srun -N1 --container-name=dev --container-writable {img} cat /marker && {berth} ps -q"
+    );
+    let out = slurm(&sb, "/usr/bin/salloc", &["-N1", "sh", "-c", &steps])
+        .ok()
+        .stdout();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.first(), Some(&"kept"), "{out}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("slurm-") && l.ends_with("-dev")),
+        "{out}"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let listed = || sb.run(&["ps", "-q"]).ok().stdout();
+    while !listed().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(listed(), "", "the job epilog removes named containers");
+}
+
+#[test]
+fn spank_errors_reach_srun_and_stop_the_step() {
+    let _ = need_env!();
+    let Some(sb) = sandbox() else { return };
+    let missing = format!(
+        "--container-image={}/berth-test/no-such:latest",
+        sb.env.anon()
+    );
+    let out = slurm(&sb, "/usr/bin/srun", &["-N1", &missing, "true"]);
+    assert_ne!(out.code(), 0);
+    assert!(
+        out.stderr().contains("not found in the registry"),
+        "{}",
+        out.stderr()
+    );
+    assert!(
+        !out.stderr().contains("task 0"),
+        "no task started: {}",
+        out.stderr()
+    );
+    for (opt, says) in [
+        ("--container-mode=pod", "per-task"),
+        ("--container-mounts=relative:/x", "absolute"),
+        ("--container-image=not-in-store", "not in the store"),
+    ] {
+        let img = image(&sb, "debian-python");
+        let args: Vec<&str> = if opt.starts_with("--container-image") {
+            vec!["-N1", opt, "true"]
+        } else {
+            vec!["-N1", opt, &img, "true"]
+        };
+        let out = slurm(&sb, "/usr/bin/srun", &args);
+        assert_ne!(out.code(), 0, "{opt}");
+        assert!(out.stderr().contains(says), "{opt}: {}", out.stderr());
+    }
+}

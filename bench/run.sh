@@ -1,7 +1,7 @@
 #!/bin/bash
 # Every benchmark of berth against its peers, in one command:
 #
-#   sudo bench/run.sh [--only pull,start,settings,pynamic,fileaccess,ranks,inject,mpi]
+#   sudo bench/run.sh [--only pull,start,settings,pynamic,fileaccess,ranks,inject,mpi,slurm]
 #                     [--smoke] [--bin-dir DIR] [--no-report]
 #
 # Builds berth, latencyfs and bench-report (cargo build --release) unless
@@ -15,7 +15,7 @@
 # to bench/results/smoke-report/ instead of docs/.
 set -Eeuo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ALL=(pull start settings pynamic fileaccess ranks inject mpi)
+ALL=(pull start settings pynamic fileaccess ranks inject mpi slurm)
 ONLY=("${ALL[@]}")
 SMOKE=()
 BIN_DIR=
@@ -35,14 +35,14 @@ script_of() {
     case $1 in
         pull) echo pull.sh ;; start) echo start.sh ;; settings) echo squashfs-settings.sh ;;
         pynamic) echo pynamic.sh ;; fileaccess) echo fileaccess.sh ;; ranks) echo ranks.sh ;;
-        inject) echo inject.sh ;; mpi) echo mpi.sh ;;
+        inject) echo inject.sh ;; mpi) echo mpi.sh ;; slurm) echo slurm.sh ;;
         *) return 1 ;;
     esac
 }
 ROOT=$(cd "$HERE/.." && pwd)
 if [[ -z $BIN_DIR ]]; then
-    echo "run.sh: cargo build --release (berth, latencyfs, bench-report)" >&2
-    (cd "$ROOT" && cargo build --release --locked -q -p berth -p berth-latencyfs -p berth-bench-report) \
+    echo "run.sh: cargo build --release (berth, its SPANK plugin, latencyfs, bench-report)" >&2
+    (cd "$ROOT" && cargo build --release --locked -q -p berth -p berth-slurm -p berth-latencyfs -p berth-bench-report) \
         || { echo "run.sh: the release build failed" >&2; exit 1; }
     BIN_DIR=$ROOT/target/release
 fi

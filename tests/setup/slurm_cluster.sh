@@ -16,8 +16,10 @@ set -Eeuo pipefail
 CMD=${1:?usage: slurm_cluster.sh up|down DIR [NODES]}
 DIR=${2:?usage: slurm_cluster.sh up|down DIR [NODES]}
 NODES=${3:-3}
-CTLD_PORT=16817
-NODE_PORT=16818
+# BERTH_SLURM_PORT moves the ports (the benchmarks' cluster runs beside
+# the tests' one).
+CTLD_PORT=${BERTH_SLURM_PORT:-16817}
+NODE_PORT=$((CTLD_PORT + 1))
 log() { echo "slurm_cluster: $*"; }
 die() { echo "slurm_cluster: ERROR: $*" >&2; exit 1; }
 

@@ -8,6 +8,7 @@ pub mod pull;
 pub mod pynamic;
 pub mod ranks;
 pub mod settings;
+pub mod slurm;
 pub mod start;
 
 use serde_json::Value;
@@ -126,6 +127,13 @@ pub const ALL: &[Benchmark] = &[
         prefix: "mpi-",
         accept: mpi::accept,
         render: mpi::render,
+    },
+    Benchmark {
+        name: "slurm",
+        script: "bench/slurm.sh",
+        prefix: "slurm-",
+        accept: slurm::accept,
+        render: slurm::render,
     },
 ];
 

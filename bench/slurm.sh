@@ -1,0 +1,164 @@
+#!/bin/bash
+# Slurm step start-up with berth's SPANK plugin, on this machine's own
+# Slurm cluster (tests/setup/slurm_cluster.sh: three slurmd "nodes" of two
+# CPUs, ports 16917+, under the bench work directory):
+#
+#   true    srun -N1 -n16 -O                 [--container-image=IMG] true
+#   mpi     srun --mpi=pmi2 -N1 -n16 -O      [--container-image=IMG] mpi-probe
+#   mpi3    srun --mpi=pmi2 -N3 -n6 -O       [--container-image=IMG] mpi-probe
+#
+# each as native srun, shared mode (the default: one container per node
+# that all tasks join) and --container-mode=per-task, interleaved round by
+# round; the wall time of the whole srun (allocation, the plugin's image
+# check in srun, every task, exit). The image is a registry reference, as
+# users write it: each srun asks the registry for the tag's digest.
+# Target: shared mode at most 1.5 x native srun.
+#
+#   sudo bench/slurm.sh [--runs N] [--smoke]
+#
+# Results: bench/results/slurm-<UTC>.json, a markdown table on stdout.
+set -Eeuo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_ROOT=$(cd "$HERE/.." && pwd)
+cd /
+RUNS=10
+SMOKE=0
+while (($#)); do
+    case $1 in
+        --runs) RUNS=$2; shift 2 ;;
+        --smoke) RUNS=1; SMOKE=1; shift ;;
+        -h|--help) sed -n 2,20p "$0"; exit 0 ;;
+        *) echo "slurm.sh: unknown option $1" >&2; exit 2 ;;
+    esac
+done
+BENCH_NAME=slurm.sh
+WORK=${BERTH_BENCH_WORK:-/var/tmp/berth-bench}
+BENCH_USER=${BERTH_BENCH_USER:-berthtest}
+REGISTRY=127.0.0.1:5000
+BIN_DIR=${BERTH_BENCH_BIN_DIR:-$REPO_ROOT/target/release}
+# shellcheck source=bench/lib/common.sh
+source "$HERE/lib/common.sh"
+[[ $(id -u) == 0 ]] || die "run as root (it starts a Slurm cluster and switches to $BENCH_USER)"
+for f in berth libberth_spank.so; do
+    [[ -e $BIN_DIR/$f ]] || die "no $f in $BIN_DIR (cargo build --release -p berth -p berth-slurm)"
+done
+install_packages slurm-wlm munge mpich libmpich-dev umoci skopeo jq curl
+bench_user_setup
+ensure_registry
+if [[ ! -e $WORK/oci.done ]]; then
+    log "no base image yet: running bench/pull.sh --smoke --tools berth to build it"
+    "$HERE/pull.sh" --smoke --tools berth > /dev/null
+fi
+W=$WORK/slurm
+rm -rf "$W"
+install -d -m 0755 "$W" "$W/bin" "$W/logs" "$W/site"
+install -m 0755 "$BIN_DIR/berth" "$W/bin/berth"
+"$REPO_ROOT/tests/setup/mpi_images.sh" "$REGISTRY" "$WORK/oci:bookworm" > "$W/logs/images.log" 2>&1 \
+    || { tail -5 "$W/logs/images.log" >&2; die "building the MPI image failed"; }
+mpicc.mpich -O2 -o "$W/bin/mpi-probe" "$REPO_ROOT/tests/setup/mpi/mpi-probe.c"
+CLUSTER=$W/cluster
+export BERTH_SLURM_PORT=16917
+stop_cluster() { bash "$REPO_ROOT/tests/setup/slurm_cluster.sh" down "$CLUSTER" > /dev/null 2>&1 || true; }
+trap stop_cluster EXIT
+BERTH_SPANK_PLUGIN=$BIN_DIR/libberth_spank.so BERTH_SPANK_BERTH=$W/bin/berth \
+    bash "$REPO_ROOT/tests/setup/slurm_cluster.sh" up "$CLUSTER" 3 > "$W/logs/cluster.log" 2>&1 \
+    || { tail -5 "$W/logs/cluster.log" >&2; die "the Slurm cluster did not start"; }
+export SLURM_CONF=$CLUSTER/slurm.conf
+echo "insecure_registries = [\"$REGISTRY\"]" > "$W/site/berth.toml"
+BERTH_SITE_CONF=$W/site/berth.toml
+STORE=$W/store
+install -d -m 0755 -o "$BUID" -g "$BGID" "$STORE" "$W/run"
+chown "$BUID:$BGID" "$W/logs"
+IMG=$REGISTRY/berth-test/mpich:latest
+as_user env BERTH_STORE="$STORE" "$W/bin/berth" pull -q "$IMG" > /dev/null
+
+# One srun, as the user; prints its wall time in ms, or "failed".
+run_case() {   # CASE VARIANT
+    local shape opts=() cmd=(true) s e
+    case $1 in
+        true) shape=(-N1 -n16 -O) ;;
+        mpi) shape=(--mpi=pmi2 -N1 -n16 -O); cmd=(mpi-probe) ;;
+        mpi3) shape=(--mpi=pmi2 -N3 -n6 -O); cmd=(mpi-probe) ;;
+    esac
+    case $2 in
+        native) [[ ${cmd[0]} == mpi-probe ]] && cmd=("$W/bin/mpi-probe") ;;
+        shared) opts=(--container-image="$IMG") ;;
+        per-task) opts=(--container-image="$IMG" --container-mode=per-task) ;;
+    esac
+    s=$(date +%s%N)
+    if as_user env SLURM_CONF="$SLURM_CONF" BERTH_STORE="$STORE" \
+        srun "${shape[@]}" "${opts[@]}" "${cmd[@]}" > "$W/logs/out.txt" 2>> "$W/logs/$1-$2.log"; then
+        e=$(date +%s%N)
+        if [[ ${cmd[0]} != true ]] && (($(grep -c '^rank ' "$W/logs/out.txt") != ${shape[-2]#-n})); then
+            echo failed; return
+        fi
+        echo $(((e - s) / 1000))
+    else
+        echo failed
+    fi
+}
+
+CASES=(true mpi mpi3)
+VARIANTS=(native shared per-task)
+TSV=$W/logs/rounds.tsv
+: > "$TSV"
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+for c in "${CASES[@]}"; do for v in "${VARIANTS[@]}"; do run_case "$c" "$v" > /dev/null; done; done   # warm-up
+for ((r = 1; r <= RUNS; r++)); do
+    for c in "${CASES[@]}"; do
+        for ((k = 0; k < 3; k++)); do
+            v=${VARIANTS[$(((r + k) % 3))]}
+            us=$(run_case "$c" "$v")
+            echo -e "$r\t$c\t$v\t$us" >> "$TSV"
+            log "round $r $c $v: $us us"
+        done
+    done
+done
+STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+OUT=$HERE/results/slurm-$STAMP.json
+install -d "$HERE/results"
+python3 - "$TSV" "$OUT" <<PY
+import json, os, platform, statistics, sys
+rounds, failed = {}, 0
+for line in open(sys.argv[1]):
+    r, c, v, us = line.rstrip("\n").split("\t")
+    if us == "failed":
+        failed += 1
+        continue
+    rounds.setdefault((c, r), {})[v] = int(us) / 1000.0
+cases = ["true", "mpi", "mpi3"]
+summary, ratios = {}, {}
+for c in cases:
+    for v in ["native", "shared", "per-task"]:
+        ms = [x[v] for (cc, _), x in rounds.items() if cc == c and v in x]
+        if ms:
+            summary.setdefault(c, {})[v] = {"n": len(ms), "median_ms": round(statistics.median(ms), 1),
+                                            "min_ms": round(min(ms), 1)}
+        if v != "native":
+            rr = [x[v] / x["native"] for (cc, _), x in rounds.items() if cc == c and v in x and "native" in x]
+            if rr:
+                ratios.setdefault(c, {})[v] = round(statistics.median(rr), 3)
+json.dump({"benchmark": "slurm-start", "time_utc": "$STAMP", "smoke": bool($SMOKE), "runs": $RUNS,
+           "how": {"true": "srun -N1 -n16 -O true", "mpi": "srun --mpi=pmi2 -N1 -n16 -O mpi-probe",
+                   "mpi3": "srun --mpi=pmi2 -N3 -n6 -O mpi-probe",
+                   "shared": "--container-image=REGISTRY/berth-test/mpich:latest (one container per node)",
+                   "per-task": "--container-image=... --container-mode=per-task"},
+           "host": {"kernel": platform.release(), "cpus": os.cpu_count(),
+                    "loadavg_before": "$LOAD_BEFORE",
+                    "loadavg_after": " ".join(open("/proc/loadavg").read().split()[:3])},
+           "berth": {"version": "$("$W/bin/berth" --version | head -1)", "git": "$(git_describe)"},
+           "versions": {"slurm": "$(slurmd -V 2>/dev/null | head -1)",
+                        "mpich": "$(mpichversion 2>/dev/null | sed -n 's/MPICH Version:[[:space:]]*//p' | head -1)"},
+           "failed": failed, "summary": summary, "ratios": ratios},
+          open(sys.argv[2], "w"), indent=1)
+print("| case | native ms | shared ms | per-task ms | shared / native | per-task / native |")
+print("|---|---:|---:|---:|---:|---:|")
+for c in cases:
+    s = summary.get(c, {})
+    if "native" not in s: continue
+    g = lambda v: f"{s[v]['median_ms']:.0f}" if v in s else ""
+    r = ratios.get(c, {})
+    print(f"| {c} | {g('native')} | {g('shared')} | {g('per-task')} | {r.get('shared', 0):.2f} | {r.get('per-task', 0):.2f} |")
+sys.exit(1 if failed else 0)
+PY
+log "results: $OUT"

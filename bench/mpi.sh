@@ -55,7 +55,7 @@ install -d -m 0755 "$W" "$W/bin" "$W/site/modules.d" "$W/logs"
 install -m 0755 "$BERTH_BIN" "$W/bin/berth"
 "$REPO_ROOT/tests/setup/mpi_images.sh" "$REGISTRY" "$WORK/oci:bookworm" > "$W/logs/images.log" 2>&1 \
     || { tail -5 "$W/logs/images.log" >&2; die "building the MPI image failed"; }
-mpicc -O2 -o "$W/bin/pingpong" "$REPO_ROOT/tests/setup/mpi/pingpong.c"
+mpicc.mpich -O2 -o "$W/bin/pingpong" "$REPO_ROOT/tests/setup/mpi/pingpong.c"
 HOST_LIBMPI=$(readlink -f /usr/lib/x86_64-linux-gnu/libmpich.so.12)
 cat > "$W/site/modules.d/mpich.toml" <<TOML
 description = "host MPICH (bench)"

@@ -5,6 +5,10 @@
 #                  libmpich12 and its dependencies' packaged files, copied
 #                  in) and /usr/local/bin/mpi-probe and pingpong, built with
 #                  mpicc: an image with its own MPI (the hybrid model)
+#   openmpi        the same with Open MPI's runtime (libopenmpi3, its MCA
+#                  components, PMIx, their libraries' packages and Open
+#                  MPI's help and configuration files) and mpi-probe built
+#                  with mpicc.openmpi: for srun --mpi=pmix
 #   openmpi-stub   the Debian test image plus a stub libmpi.so.40.30.2
 #                  (soname libmpi.so.40, Open MPI's ABI): to be refused
 #   mpich-newer    the Debian test image plus a stub libmpi.so.12.9.0: an
@@ -28,7 +32,10 @@ LIBDIR=/usr/lib/x86_64-linux-gnu
 log() { echo "mpi_images: $*"; }
 die() { echo "mpi_images: ERROR: $*" >&2; exit 1; }
 [[ -e $LAYOUT/index.json ]] || die "no Debian test image at $LAYOUT"
-command -v mpicc > /dev/null || die "mpicc missing (package libmpich-dev)"
+# The MPI compiler wrappers by name: plain mpicc is whichever MPI the
+# alternatives system prefers (Open MPI once it is installed).
+command -v mpicc.mpich > /dev/null || die "mpicc.mpich missing (package libmpich-dev)"
+command -v mpicc.openmpi > /dev/null || die "mpicc.openmpi missing (package libopenmpi-dev)"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
@@ -51,28 +58,68 @@ copy_file() {
     local f=$1 root=$2 dir
     dir=$(readlink -f "$(dirname "$f")")
     install -d "$root$dir"
-    cp -a "$f" "$root$dir/"
+    # A link managed by update-alternatives points into /etc/alternatives,
+    # which no package lists: copy what it resolves to.
+    if [[ -L $f && $(readlink "$f") == /etc/alternatives/* ]]; then
+        cp -L "$f" "$root$dir/"
+    else
+        cp -a "$f" "$root$dir/"
+    fi
 }
 
 # mpich: the probe and MPICH's runtime.
 L=$WORK/mpich
 install -d "$L/usr/local/bin"
-mpicc -O2 -o "$L/usr/local/bin/mpi-probe" "$HERE/mpi/mpi-probe.c" -ldl
-mpicc -O2 -o "$L/usr/local/bin/pingpong" "$HERE/mpi/pingpong.c"
-# The packages of every library the probe loads (dpkg knows a file under
-# /lib or /usr/lib, whichever its package lists), but glibc's.
-pkgs=$(for f in $(ldd "$L/usr/local/bin/mpi-probe" | awk '$2 == "=>" { print $3 }'); do
-           dpkg -S "$f" 2>/dev/null || dpkg -S "$(readlink -f "$f")" 2>/dev/null || true
-       done | cut -d: -f1 | sort -u)
-pkgs=$(printf '%s\n' $pkgs libmpich12 libucx0 | sort -u | grep -vx 'libc6' || true)
-log "MPICH runtime packages copied into the image: $(echo $pkgs)"
-for p in $pkgs; do
-    dpkg -L "$p" | while read -r f; do
-        case $f in /usr/share/*|/etc/*) continue ;; esac
-        if [[ -f $f || -L $f ]] && [[ ! -d $f ]]; then copy_file "$f" "$L"; fi
+mpicc.mpich -O2 -o "$L/usr/local/bin/mpi-probe" "$HERE/mpi/mpi-probe.c" -ldl
+mpicc.mpich -O2 -o "$L/usr/local/bin/pingpong" "$HERE/mpi/pingpong.c"
+
+# packages_of FILE...: the packages of every library FILEs load (dpkg knows
+# a file under /lib or /usr/lib, whichever its package lists), but glibc's.
+packages_of() {
+    for f in $(ldd "$@" 2>/dev/null | awk '$2 == "=>" { print $3 }' | sort -u); do
+        dpkg -S "$f" 2>/dev/null || dpkg -S "$(readlink -f "$f")" 2>/dev/null || true
+    done | cut -d: -f1 | sort -u | grep -vx 'libc6' || true
+}
+
+# copy_packages ROOT KEEP_SHARE PACKAGE...: the packages' files under ROOT
+# (their /usr/share and /etc too when KEEP_SHARE is 1).
+copy_packages() {
+    local root=$1 share=$2 p f
+    shift 2
+    for p in "$@"; do
+        dpkg -L "$p" | while read -r f; do
+            if [[ $share == 0 ]]; then
+                case $f in /usr/share/*|/etc/*) continue ;; esac
+            else
+                case $f in /usr/share/doc/*|/usr/share/man/*|/usr/share/lintian/*) continue ;; esac
+            fi
+            if [[ -f $f || -L $f ]] && [[ ! -d $f ]]; then copy_file "$f" "$root"; fi
+        done
     done
-done
+}
+
+pkgs=$(printf '%s\n' $(packages_of "$L/usr/local/bin/mpi-probe") libmpich12 libucx0 | sort -u)
+log "MPICH runtime packages copied into the image: $(echo $pkgs)"
+copy_packages "$L" 0 $pkgs
 push mpich "$L"
+
+# openmpi: the probe and Open MPI's runtime, components and PMIx included
+# (they are loaded with dlopen, so ldd of the probe does not name them).
+L=$WORK/openmpi
+install -d "$L/usr/local/bin"
+mpicc.openmpi -O2 -o "$L/usr/local/bin/mpi-probe" "$HERE/mpi/mpi-probe.c" -ldl
+base="libopenmpi3 libpmix2 openmpi-common"
+plugins=$(dpkg -L $base | grep '\.so' | while read -r f; do [[ -f $f ]] && echo "$f"; done)
+pkgs=$(printf '%s\n' $base $(packages_of "$L/usr/local/bin/mpi-probe" $plugins) | sort -u)
+log "Open MPI runtime packages copied into the image: $(echo $pkgs)"
+copy_packages "$L" 1 $pkgs
+# Sonames that postinst scripts make (update-alternatives), which dpkg -L
+# does not list: each library as the loader finds it here.
+for f in $(ldd "$L/usr/local/bin/mpi-probe" $plugins 2>/dev/null | awk '$2 == "=>" { print $3 }' | sort -u); do
+    d=$(readlink -f "$(dirname "$f")")
+    [[ -e $L$d/$(basename "$f") ]] || { install -d "$L$d"; cp -L "$f" "$L$d/"; }
+done
+push openmpi "$L"
 
 # Stub MPI libraries with chosen sonames.
 stub() {   # NAME SONAME FILE

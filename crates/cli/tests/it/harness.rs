@@ -207,13 +207,26 @@ impl Sandbox {
     /// The site's MPI module for the Slurm tests: the host's MPICH,
     /// applied with `--mpi` (`--container-modules=mpi`).
     pub fn host_mpich_module(&self) {
+        self.module(
+            "mpich",
+            "when = \"mpi\"\n[mpi]\nlibraries = [\"/usr/lib/x86_64-linux-gnu/libmpich.so.12\"]\n",
+        );
+    }
+
+    /// The same for the host's Open MPI: the library, and its components,
+    /// PMIx, help and configuration at the paths Open MPI was built with.
+    pub fn host_openmpi_module(&self) {
+        self.module(
+            "openmpi",
+            "when = \"mpi\"\nbinds = [\"/usr/lib/x86_64-linux-gnu/openmpi:ro\", \"/usr/lib/x86_64-linux-gnu/pmix2:ro\", \"/usr/share/openmpi:ro\", \"/etc/openmpi:ro\"]\n[mpi]\nlibraries = [\"/usr/lib/x86_64-linux-gnu/libmpi.so.40\"]\n",
+        );
+    }
+
+    /// A site module `NAME` (modules.d/NAME.toml) with `text`.
+    pub fn module(&self, name: &str, text: &str) {
         let mods = self.dir.path().join("modules.d");
         fs::create_dir_all(&mods).unwrap();
-        fs::write(
-            mods.join("mpich.toml"),
-            "when = \"mpi\"\n[mpi]\nlibraries = [\"/usr/lib/x86_64-linux-gnu/libmpich.so.12\"]\n",
-        )
-        .unwrap();
+        fs::write(mods.join(format!("{name}.toml")), text).unwrap();
         self.chown_to_user(&mods);
     }
 

@@ -1,7 +1,8 @@
 //! berth's SPANK plugin under the real test Slurm (three slurmd "nodes",
 //! tests/setup/slurm_plugin.sh installs the plugin): `srun
 //! --container-image=...` in shared and per-task mode, MPI through
-//! `--mpi=pmi2` with the image's and the host's MPICH, a batch job, a named
+//! `--mpi=pmi2` with the image's and the host's MPICH and `--mpi=pmix` with
+//! the image's and the host's Open MPI, a batch job, a named
 //! container across steps, and errors in srun's own output.
 
 use std::fs;
@@ -37,6 +38,10 @@ fn sandbox() -> Option<Sandbox> {
 fn slurm(sb: &Sandbox, program: &str, args: &[&str]) -> Out {
     let mut c = sb.command(Path::new(program), args);
     c.env("SLURM_CONF", sb.env.var("BERTH_IT_SLURM_CONF"));
+    // Open MPI takes the three "nodes" for three hosts; on this one machine
+    // they reach each other over loopback TCP.
+    c.env("OMPI_MCA_btl", "self,tcp");
+    c.env("OMPI_MCA_btl_tcp_if_include", "lo");
     c.current_dir(sb.dir.path());
     Out(c.output().unwrap())
 }
@@ -128,6 +133,38 @@ fn spank_mpi_pmi2_across_three_nodes_with_the_images_and_the_hosts_mpich() {
                 .iter()
                 .all(|r| r.contains(" of 6 sum 21 ") && r.contains(lib)),
             "{extra:?}: {out}"
+        );
+    }
+}
+
+#[test]
+fn spank_mpi_pmix_across_three_nodes_with_the_images_and_the_hosts_open_mpi() {
+    let _ = need_env!();
+    let Some(sb) = sandbox() else { return };
+    sb.host_openmpi_module();
+    let img = image(&sb, "openmpi");
+    for (extra, lib) in [
+        (
+            None,
+            "libmpi /lib/x86_64-linux-gnu/libmpi.so.40 version Open MPI",
+        ),
+        (
+            Some("--container-modules=mpi"),
+            "libmpi /.berth/lib/libmpi.so.40 version Open MPI",
+        ),
+    ] {
+        let mut args = vec!["--mpi=pmix", "-N3", "-n6", "-O", img.as_str()];
+        args.extend(extra);
+        args.push("mpi-probe");
+        let out = slurm(&sb, "/usr/bin/srun", &args).ok();
+        let stdout = out.stdout();
+        let ranks: Vec<&str> = stdout.lines().filter(|l| l.starts_with("rank ")).collect();
+        assert_eq!(ranks.len(), 6, "{extra:?}: {stdout}{}", out.stderr());
+        assert!(
+            ranks
+                .iter()
+                .all(|r| r.contains(" of 6 sum 21 ") && r.contains(lib)),
+            "{extra:?}: {stdout}"
         );
     }
 }

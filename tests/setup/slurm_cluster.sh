@@ -108,7 +108,7 @@ CONF
     if [[ -n ${BERTH_SPANK_PLUGIN:-} ]]; then
         install -m 0755 "$BERTH_SPANK_PLUGIN" "$DIR/plugin/libberth_spank.so"
         install -m 0755 "${BERTH_SPANK_BERTH:?BERTH_SPANK_BERTH names the berth binary}" "$DIR/plugin/berth"
-        echo "required $DIR/plugin/libberth_spank.so berth=$DIR/plugin/berth named_linger=600" \
+        echo "required $DIR/plugin/libberth_spank.so berth=$DIR/plugin/berth named_linger=600 batch_modules=slurm" \
             > "$DIR/plugstack.conf"
         log "berth SPANK plugin installed from $BERTH_SPANK_PLUGIN"
     else

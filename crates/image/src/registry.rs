@@ -92,7 +92,13 @@ impl Registry {
             read_timeout: Some(Duration::from_secs(60)),
             ..ClientConfig::default()
         };
-        let client = Client::new(config);
+        // try_from, not new: new() falls back to a default client on error,
+        // and that one panics where no CA certificates can be loaded.
+        let client = Client::try_from(config).map_err(|e| {
+            Error::HostTool(format!(
+                "cannot set up the HTTPS client: {e} (install the system's CA certificates: apt-get install ca-certificates, dnf install ca-certificates)"
+            ))
+        })?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("berth-http")

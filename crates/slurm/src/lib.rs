@@ -7,13 +7,16 @@
 //! Install (one line in plugstack.conf; arguments optional):
 //!
 //! ```text
-//! required /usr/local/lib/berth/libberth_spank.so berth=/usr/local/bin/berth named_linger=3600
+//! required /usr/local/lib/berth/libberth_spank.so berth=/usr/local/bin/berth named_linger=3600 batch_modules=slurm
 //! ```
+//!
+//! (`batch_modules`: site modules for batch scripts' containers, such as one
+//! that binds the host's Slurm client so the script's srun works.)
 //!
 //! Where it acts:
 //! - srun (local context, as the user): `local_user_init` pulls a registry
 //!   image once for the job step into the user's store and pins it: the
-//!   tasks get its id (`BERTH_SLURM_IMAGE`), so every node runs the same
+//!   tasks get its id (`SLURM_BERTH_IMAGE`), so every node runs the same
 //!   image even if the tag moves. A failed pull is one line in srun's
 //!   output and the step does not start.
 //! - slurmstepd (remote, in each task as the user, just before exec):

@@ -81,6 +81,8 @@ pub struct Task {
     pub step: Step,
     /// The task's command line, as Slurm would run it.
     pub argv: Vec<String>,
+    /// The task's working directory (the job's; berth binds it).
+    pub cwd: Option<String>,
 }
 
 fn comma_list(value: &str) -> Vec<String> {
@@ -236,7 +238,10 @@ pub fn berth_argv(
         a.push("-v".into());
         a.push(m.clone());
     }
-    if let Some(w) = &opts.workdir {
+    // The job's directory, as for any srun, unless the user named one:
+    // not the image's WORKDIR, which does not exist on the host for the
+    // steps a batch script starts from there.
+    if let Some(w) = opts.workdir.as_ref().or(task.cwd.as_ref()) {
         a.push("-w".into());
         a.push(w.clone());
     }
@@ -287,6 +292,7 @@ mod tests {
             job_id: 42,
             step,
             argv: vec!["/usr/bin/hostname".into(), "-s".into()],
+            cwd: None,
         }
     }
 
@@ -342,6 +348,18 @@ mod tests {
             a,
             "b run --argv0-fallback --shared slurm-42-dev --linger 60 -v /data:/data -v /scratch:/s:ro -v /spool:/spool:ro -w /work -e A -e B --writable --no-home --fakeroot --gpus 0,1 --mpi --module cxi img /usr/bin/hostname -s"
         );
+    }
+
+    #[test]
+    fn the_jobs_directory_unless_one_is_named() {
+        let mut o = Options::default();
+        let mut t = task(Step::Id(1));
+        t.cwd = Some("/home/u/run".into());
+        let a = berth_argv("b", &o, "img", &t, &[], 0).join(" ");
+        assert!(a.contains(" -w /home/u/run "), "{a}");
+        apply(&mut o, "container-workdir", Some("/w")).unwrap();
+        let a = berth_argv("b", &o, "img", &t, &[], 0).join(" ");
+        assert!(a.contains(" -w /w ") && !a.contains("/home/u/run"), "{a}");
     }
 
     #[test]

@@ -19,8 +19,13 @@ const VERSION: u32 = if crate::BUILT_FOR != 0 {
 SPANK_PLUGIN!(b"berth", VERSION, BerthPlugin);
 
 /// The variable that carries the job's resolved image id from srun to the
-/// tasks.
-const IMAGE_VAR: &str = "BERTH_SLURM_IMAGE";
+/// tasks (a `SLURM_` name: berth passes those into the container, where an
+/// srun in a batch script needs it).
+const IMAGE_VAR: &str = "SLURM_BERTH_IMAGE";
+/// The reference it was resolved from: an srun inside the job (in a batch
+/// script) that names the same image uses the job's id, not the tag's
+/// digest of the moment.
+const REF_VAR: &str = "SLURM_BERTH_IMAGE_REF";
 const BATCH_STEP: u32 = 0xffff_fffb;
 const INTERACTIVE_STEP: u32 = 0xffff_fffa;
 
@@ -28,6 +33,10 @@ const INTERACTIVE_STEP: u32 = 0xffff_fffa;
 struct BerthPlugin {
     berth: String,
     named_linger: u64,
+    /// Site modules every batch script's container gets
+    /// (`batch_modules=` in plugstack.conf): the host's Slurm client, so
+    /// that an srun in the script starts the job's steps.
+    batch_modules: Vec<String>,
 }
 
 type Res = Result<(), Box<dyn Error>>;
@@ -65,7 +74,22 @@ impl BerthPlugin {
         Ok(o)
     }
 
-    /// Resolves the image once for the step, in srun: a registry reference
+    /// Resolves the image once for the job and exports it to the tasks; an
+    /// srun within a job that resolved the same reference keeps its id.
+    fn pin(&self, image: &str) -> Res {
+        let pinned = std::env::var(IMAGE_VAR)
+            .ok()
+            .filter(|_| std::env::var(REF_VAR).is_ok_and(|r| r == image));
+        if pinned.is_none() {
+            let id = self.resolve(image)?;
+            // srun and sbatch pass their environment to the job.
+            std::env::set_var(IMAGE_VAR, &id);
+            std::env::set_var(REF_VAR, image);
+        }
+        Ok(())
+    }
+
+    /// Resolves the image, in srun, sbatch or salloc: a registry reference
     /// is pulled (its tag's digest now), a stored name is looked up.
     fn resolve(&self, image: &str) -> Result<String, Box<dyn Error>> {
         let (args, what): (Vec<&str>, &str) = if options::names_registry(image) {
@@ -115,12 +139,19 @@ unsafe impl Plugin for BerthPlugin {
         for arg in spank.plugin_argv()? {
             match arg.split_once('=') {
                 Some(("berth", path)) => self.berth = path.to_string(),
+                Some(("batch_modules", list)) => {
+                    self.batch_modules = list
+                        .split(',')
+                        .filter(|m| !m.is_empty())
+                        .map(str::to_string)
+                        .collect()
+                }
                 Some(("named_linger", s)) => {
                     self.named_linger = s
                         .parse()
                         .map_err(|_| fail(format!("berth plugin: named_linger={s}: not a number of seconds")))?
                 }
-                _ => return Err(fail(format!("berth plugin: unknown argument {arg:?} in plugstack.conf (berth=PATH, named_linger=SECONDS)"))),
+                _ => return Err(fail(format!("berth plugin: unknown argument {arg:?} in plugstack.conf (berth=PATH, named_linger=SECONDS, batch_modules=NAME,...)"))),
             }
         }
         if matches!(spank.context()?, Context::Slurmd | Context::JobScript) {
@@ -147,8 +178,7 @@ unsafe impl Plugin for BerthPlugin {
             // sbatch and salloc: the image is resolved at submission, as
             // srun does it for a step, and the job's environment carries it.
             if let (Context::Allocator, Some(image)) = (context, &opts.image) {
-                let id = self.resolve(image)?;
-                std::env::set_var(IMAGE_VAR, &id);
+                self.pin(image)?;
             }
         }
         Ok(())
@@ -159,10 +189,7 @@ unsafe impl Plugin for BerthPlugin {
         let Some(image) = &opts.image else {
             return Ok(());
         };
-        let id = self.resolve(image)?;
-        // srun passes its environment to the tasks.
-        std::env::set_var(IMAGE_VAR, &id);
-        Ok(())
+        self.pin(image)
     }
 
     fn task_init(&mut self, spank: &mut SpankHandle) -> Res {
@@ -198,10 +225,17 @@ unsafe impl Plugin for BerthPlugin {
                 extra.push(format!("{dir}:{dir}:ro"));
             }
         }
+        let mut opts = opts;
+        if step == Step::Batch {
+            opts.modules.extend(self.batch_modules.iter().cloned());
+        }
         let task = Task {
             job_id: spank.job_id()?,
             step,
             argv,
+            cwd: std::env::current_dir()
+                .ok()
+                .and_then(|d| d.to_str().map(str::to_string)),
         };
         if opts.name.is_some() {
             note_state_dir(&env, task.job_id);
@@ -213,11 +247,7 @@ unsafe impl Plugin for BerthPlugin {
         let err = Command::new(&cmd[0])
             .args(&cmd[1..])
             .env_clear()
-            .envs(
-                env.iter()
-                    .filter(|(k, _)| k != IMAGE_VAR)
-                    .map(|(k, v)| (k, v)),
-            )
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .exec();
         Err(fail(format!(
             "berth plugin: cannot start {}: {err}",

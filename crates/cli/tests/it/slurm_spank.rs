@@ -174,10 +174,17 @@ fn spank_batch_job_and_named_container_across_steps() {
     let _ = need_env!();
     let Some(sb) = sandbox() else { return };
     let img = image(&sb, "debian-python");
+    // The host's Slurm client for the script's container (the test
+    // cluster's plugstack.conf names this module in batch_modules).
+    sb.module(
+        "slurm",
+        "binds = [\"/usr/bin/srun:ro\", \"/usr/lib/x86_64-linux-gnu/slurm-wlm:ro\"]\nlibraries = [\"/usr/lib/x86_64-linux-gnu/libmunge.so.2\"]\n",
+    );
     let script = sb.dir.path().join("job.sh");
     fs::write(
         &script,
-        "#!/bin/sh\necho \"batch in $container on $SLURMD_NODENAME: $(head -1 /etc/os-release)\"\n",
+        "#!/bin/sh\necho \"batch in $container on $SLURMD_NODENAME: $(head -1 /etc/os-release)\"\n\
+         srun -N2 -n2 sh -c 'echo step in $container on $SLURMD_NODENAME'\n",
     )
     .unwrap();
     let log = sb.dir.path().join("batch.out");
@@ -186,16 +193,29 @@ fn spank_batch_job_and_named_container_across_steps() {
     slurm(
         &sb,
         "/usr/bin/sbatch",
-        &["--wait", "-N1", "-o", &l, &img, &s],
+        &["--wait", "-N2", "-o", &l, &img, &s],
     )
     .ok();
     let text = fs::read_to_string(&log).unwrap();
-    // Resolved at submission: the node does not pull.
+    // Resolved at submission: the node does not pull; the script's srun
+    // inherits the options and the job's image, and its tasks run in
+    // containers on both nodes.
     assert!(
         text.starts_with("batch in berth on n") && text.contains("Debian GNU/Linux 12"),
         "{text}"
     );
-    assert!(!text.contains("pulling"), "{text}");
+    assert!(
+        !text.contains("pulling") && !text.contains("error"),
+        "{text}"
+    );
+    assert_eq!(
+        sorted(&text)
+            .iter()
+            .filter(|l| l.starts_with("step in berth on n"))
+            .count(),
+        2,
+        "{text}"
+    );
 
     // Two steps of one job: the second sees what the first wrote in the
     // named container; the job's end removes it.

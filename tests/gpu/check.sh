@@ -142,6 +142,19 @@ if [[ $(id -u) -eq 0 ]]; then
     step "user: import" '' as_user berth import -q "oci:$B/image:latest" gpu-probe
     step "user: --gpus all (discovery, FUSE)" 'kernel=ok' as_user berth run --gpus all gpu-probe cuda-probe
     step "user: nvidia-smi (discovery)" 'GPU 0' as_user berth run --gpus all gpu-probe nvidia-smi -L
+    # Four tasks sharing one container (berth run --shared, the Slurm
+    # plugin's default mode), each doing real work on the GPU.
+    shared_tasks() {
+        local i
+        for i in 1 2 3 4; do
+            as_user berth run --shared gpu4 --gpus all gpu-probe \
+                sh -c 'readlink /proc/self/ns/mnt; exec cuda-probe' > "$W/shared.$i" 2>&1 &
+        done
+        wait
+        cat "$W"/shared.*
+        echo "$(grep -l 'kernel=ok' "$W"/shared.* | wc -l) of 4 tasks ok in $(grep -h '^mnt:' "$W"/shared.* | sort -u | wc -l) mount namespace(s)"
+    }
+    step "user: 4 tasks in one shared container" '4 of 4 tasks ok' shared_tasks
     CONF=$W/cdi.toml
     step "user: --device nvidia.com/gpu=all (CDI)" 'kernel=ok' as_user berth run --device nvidia.com/gpu=all gpu-probe cuda-probe
     step "user: nvidia-smi (CDI)" 'GPU 0' as_user berth run --gpus all gpu-probe nvidia-smi -L

@@ -96,6 +96,32 @@ impl Default for RuntimeSettings {
     }
 }
 
+/// How berth talks to registries (`[network]`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NetworkSettings {
+    /// Attempts per request for transient failures (5xx, resets, timeouts).
+    pub attempts: u32,
+    /// First back-off delay in milliseconds; doubles each retry.
+    pub backoff_ms: u64,
+    /// Seconds to wait for a connection.
+    pub connect_timeout_seconds: u64,
+    /// Seconds without a byte from the registry before a transfer counts
+    /// as stalled (and is retried, resuming where it stopped).
+    pub read_timeout_seconds: u64,
+}
+
+impl Default for NetworkSettings {
+    fn default() -> Self {
+        Self {
+            attempts: 5,
+            backoff_ms: 250,
+            connect_timeout_seconds: 20,
+            read_timeout_seconds: 60,
+        }
+    }
+}
+
 /// One parsed config file, as written. Every key is optional.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -114,6 +140,8 @@ pub struct ConfigFile {
     pub squashfs: Option<SquashfsSettings>,
     /// Run-time settings.
     pub runtime: Option<RuntimeSettings>,
+    /// Registry connection settings.
+    pub network: Option<NetworkSettings>,
     /// Where host resources are found (`[host]`: CDI spec directories,
     /// loader cache, device and program directories, module directory);
     /// read by berth-inject, which names its keys.
@@ -163,6 +191,9 @@ impl ConfigFile {
         self.insecure_registries.extend(over.insecure_registries);
         if over.squashfs.is_some() {
             self.squashfs = over.squashfs;
+        }
+        if over.network.is_some() {
+            self.network = over.network;
         }
         match (&mut self.runtime, over.runtime) {
             (Some(mine), Some(theirs)) => {
@@ -255,6 +286,8 @@ pub struct Config {
     pub squashfs: SquashfsSettings,
     /// Run-time settings.
     pub runtime: RuntimeSettings,
+    /// Registry connection settings.
+    pub network: NetworkSettings,
     /// `[host]` keys, merged (a later file's key wins).
     pub host: toml::Table,
     /// Inline modules, with the file of each table.
@@ -309,6 +342,7 @@ impl Config {
             insecure_registries: file.insecure_registries,
             squashfs: file.squashfs.unwrap_or_default(),
             runtime: file.runtime.unwrap_or_default(),
+            network: file.network.unwrap_or_default(),
             host: file.host,
             modules: file.modules,
             system_config: env.system_config_path(),

@@ -40,6 +40,10 @@ pub struct RegistryOptions {
     pub attempts: u32,
     /// First back-off delay; doubles each retry.
     pub backoff: Duration,
+    /// Time allowed to connect.
+    pub connect_timeout: Duration,
+    /// Time without data before a transfer counts as stalled.
+    pub read_timeout: Duration,
 }
 
 impl Default for RegistryOptions {
@@ -49,6 +53,8 @@ impl Default for RegistryOptions {
             credentials: None,
             attempts: 5,
             backoff: Duration::from_millis(250),
+            connect_timeout: Duration::from_secs(20),
+            read_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -88,8 +94,8 @@ impl Registry {
         let config = ClientConfig {
             protocol,
             accept_invalid_certificates: options.insecure,
-            connect_timeout: Some(Duration::from_secs(20)),
-            read_timeout: Some(Duration::from_secs(60)),
+            connect_timeout: Some(options.connect_timeout),
+            read_timeout: Some(options.read_timeout),
             ..ClientConfig::default()
         };
         // try_from, not new: new() falls back to a default client on error,
@@ -123,17 +129,33 @@ impl Registry {
         classify(&self.registry, reference, e)
     }
 
-    fn with_retries<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T>
+    fn with_retries<T, F, Fut>(&self, what: &str, reauth: Option<&ImageRef>, mut op: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = std::result::Result<T, OciDistributionError>>,
     {
         let mut delay = self.options.backoff;
         let mut attempt = 1;
+        let mut reauthed = false;
         loop {
             match self.rt.block_on(op()) {
                 Ok(v) => return Ok(v),
                 Err(e) => {
+                    // A token that expired during a long pull: ask for a new
+                    // one, once, and try again.
+                    if let (OciDistributionError::UnauthorizedError { .. }, Some(r), false) =
+                        (&e, reauth, reauthed)
+                    {
+                        reauthed = true;
+                        tracing::info!("{what}: 401 Unauthorized; asking for a new token");
+                        let oci = r.as_oci().clone();
+                        let _ = self.rt.block_on(self.client.auth(
+                            &oci,
+                            &self.auth,
+                            oci_client::RegistryOperation::Pull,
+                        ));
+                        continue;
+                    }
                     let (transience, err) = self.classify(what, &e);
                     if transience == Transience::Permanent || attempt >= self.options.attempts {
                         return Err(annotate_attempts(err, attempt));
@@ -152,7 +174,7 @@ impl Registry {
     pub fn manifest(&self, reference: &ImageRef) -> Result<(Vec<u8>, String)> {
         self.authenticate_once(reference)?;
         let oci = reference.as_oci().clone();
-        let (bytes, digest) = self.with_retries(&reference.to_string(), || {
+        let (bytes, digest) = self.with_retries(&reference.to_string(), Some(reference), || {
             self.client
                 .pull_manifest_raw(&oci, &self.auth, MANIFEST_TYPES)
         })?;
@@ -234,7 +256,7 @@ impl Registry {
     /// and "not found" means the credentials were accepted.
     pub fn check_login(&self, reference: &ImageRef) -> Result<()> {
         let oci = reference.as_oci().clone();
-        let token = self.with_retries(&reference.to_string(), || {
+        let token = self.with_retries(&reference.to_string(), None, || {
             self.client
                 .auth(&oci, &self.auth, oci_client::RegistryOperation::Pull)
         })?;
@@ -255,7 +277,7 @@ impl Registry {
             return Ok(());
         }
         let oci = reference.as_oci().clone();
-        self.with_retries(&reference.to_string(), || {
+        self.with_retries(&reference.to_string(), None, || {
             self.client
                 .auth(&oci, &self.auth, oci_client::RegistryOperation::Pull)
         })?;
@@ -381,9 +403,10 @@ impl BlobTask {
             .await;
         let mut offset: u64 = 0;
         let mut attempt = 1;
+        let mut reauthed = false;
         let mut delay = self.options.backoff;
         let name = format!("{} {}", self.what, self.desc.digest);
-        loop {
+        'retry: loop {
             let failure: (Transience, Error) = 'attempt: {
                 let stream = if offset == 0 {
                     self.client
@@ -409,6 +432,15 @@ impl BlobTask {
                 };
                 let (mut stream, mut skip) = match stream {
                     Ok(s) => s,
+                    Err(OciDistributionError::UnauthorizedError { .. }) if !reauthed => {
+                        // An expired token: a new one, once, then again.
+                        reauthed = true;
+                        let _ = self
+                            .client
+                            .auth(&oci, &self.auth, oci_client::RegistryOperation::Pull)
+                            .await;
+                        continue 'retry;
+                    }
                     Err(e) => break 'attempt classify(&self.registry, &name, &e),
                 };
                 while let Some(chunk) = stream.stream.next().await {
@@ -433,7 +465,11 @@ impl BlobTask {
                             let is_digest = e
                                 .get_ref()
                                 .is_some_and(|r| r.is::<oci_client::errors::DigestError>());
-                            if is_digest {
+                            // oci-client checks the digest when the body
+                            // ends: a body that ended short (a truncated
+                            // response) is incomplete, not wrong, and the
+                            // rest is fetched with a range request.
+                            if is_digest && offset >= self.size {
                                 break 'attempt (
                                     Transience::Permanent,
                                     Error::Integrity {

@@ -37,10 +37,14 @@ pub fn registry_options(
         }
         None => AuthFiles::from_env().lookup(reference.registry(), reference.repository())?,
     };
+    let net = &config.network;
     Ok(RegistryOptions {
         insecure,
         credentials,
-        ..RegistryOptions::default()
+        attempts: net.attempts.max(1),
+        backoff: std::time::Duration::from_millis(net.backoff_ms),
+        connect_timeout: std::time::Duration::from_secs(net.connect_timeout_seconds.max(1)),
+        read_timeout: std::time::Duration::from_secs(net.read_timeout_seconds.max(1)),
     })
 }
 

@@ -13,6 +13,7 @@ mod image_pull;
 mod image_safety;
 mod image_store;
 mod image_token;
+mod reliability_faults;
 mod runtime_run;
 mod runtime_shared;
 mod slurm_spank;

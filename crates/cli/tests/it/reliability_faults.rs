@@ -1,0 +1,180 @@
+//! Pulls through a FAULT-INJECTING proxy (tests/setup/faultproxy.py, a
+//! fake named so) in front of the real test registry: transient faults end
+//! in the same image as a clean pull; permanent ones in a clear error with
+//! the class's exit code; never a wrong or partial image in the store.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use crate::harness::Sandbox;
+use crate::need_env;
+
+/// A running fault proxy; killed when dropped.
+struct Proxy {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Proxy {
+    fn start(sb: &Sandbox, fault: &str, count: u32) -> Proxy {
+        let dir = sb.dir.path().join(format!("proxy-{fault}-{count}"));
+        fs::create_dir_all(&dir).unwrap();
+        let port_file = dir.join("port");
+        let log = dir.join("faults.log");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/setup/faultproxy.py");
+        let child = Command::new("python3")
+            .arg(script)
+            .args([
+                "--upstream",
+                sb.env.anon(),
+                "--fault",
+                fault,
+                "--count",
+                &count.to_string(),
+            ])
+            .args(["--stall", "30"])
+            .arg("--port-file")
+            .arg(&port_file)
+            .arg("--log")
+            .arg(&log)
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let port = loop {
+            if let Ok(p) = fs::read_to_string(&port_file) {
+                break p.trim().parse().unwrap();
+            }
+            assert!(Instant::now() < deadline, "the fault proxy did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Proxy { child, port, log }
+    }
+
+    fn image(&self, name: &str) -> String {
+        format!("127.0.0.1:{}/berth-test/{name}:latest", self.port)
+    }
+
+    fn fired(&self) -> usize {
+        fs::read_to_string(&self.log)
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Quick retries and a 2 s stall limit, so the suite does not wait out
+/// production time-outs.
+fn fast_network(sb: &Sandbox) {
+    let conf = sb.home().join(".config/berth");
+    fs::create_dir_all(&conf).unwrap();
+    fs::write(
+        conf.join("berth.toml"),
+        "[network]\nattempts = 4\nbackoff_ms = 50\nconnect_timeout_seconds = 5\nread_timeout_seconds = 2\n",
+    )
+    .unwrap();
+    sb.chown_to_user(&sb.home());
+}
+
+fn store(sb: &Sandbox, name: &str) -> String {
+    let s = sb.dir.path().join("stores").join(name);
+    fs::create_dir_all(&s).unwrap();
+    sb.chown_to_user(&sb.dir.path().join("stores"));
+    s.to_string_lossy().into_owned()
+}
+
+fn entries(store: &str, sub: &str) -> usize {
+    fs::read_dir(Path::new(store).join(sub))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn transient_faults_end_in_the_same_image() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    fast_network(&sb);
+    let clean = store(&sb, "clean");
+    let direct = format!("{}/berth-test/layers:latest", env.anon());
+    let want = sb
+        .run(&[
+            "--store",
+            &clean,
+            "pull",
+            "-q",
+            "--tls-verify=false",
+            &direct,
+        ])
+        .ok()
+        .stdout();
+    for (fault, count) in [
+        ("status500", 2),
+        ("status503", 2),
+        ("reset", 2),
+        ("truncate", 1),
+        ("stall", 1),
+        ("auth401", 1),
+    ] {
+        let proxy = Proxy::start(&sb, fault, count);
+        let s = store(&sb, fault);
+        let started = Instant::now();
+        let out = sb.run(&[
+            "--store",
+            &s,
+            "pull",
+            "-q",
+            "--tls-verify=false",
+            &proxy.image("layers"),
+        ]);
+        assert_eq!(out.code(), 0, "{fault}: {}", out.stderr());
+        assert_eq!(out.stdout(), want, "{fault}: another image");
+        assert!(proxy.fired() >= 1, "{fault}: the proxy injected nothing");
+        sb.run(&["--store", &s, "check"]).ok();
+        assert_eq!(entries(&s, "tmp"), 0, "{fault}: leftovers");
+        eprintln!("{fault} x{count}: recovered in {:?}", started.elapsed());
+    }
+}
+
+#[test]
+fn permanent_faults_fail_clearly_and_leave_nothing() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    fast_network(&sb);
+    for (fault, code, says) in [
+        ("corrupt", 13, "digest"),
+        ("truncate", 12, "gave up after 4 attempts"),
+        ("status500", 12, "gave up after 4 attempts"),
+    ] {
+        let proxy = Proxy::start(&sb, fault, 0);
+        let s = store(&sb, &format!("{fault}-always"));
+        let out = sb.run(&[
+            "--store",
+            &s,
+            "pull",
+            "--tls-verify=false",
+            &proxy.image("layers"),
+        ]);
+        assert_eq!(out.code(), code, "{fault}: {}", out.stderr());
+        assert!(out.stderr().contains(says), "{fault}: {}", out.stderr());
+        assert!(
+            !out.stderr().contains("panicked"),
+            "{fault}: {}",
+            out.stderr()
+        );
+        assert_eq!(entries(&s, "images"), 0, "{fault}: an image was stored");
+        assert_eq!(entries(&s, "tmp"), 0, "{fault}: leftovers");
+        // The store is still usable.
+        let direct = format!("{}/berth-test/layers:latest", env.anon());
+        sb.run(&["--store", &s, "pull", "-q", "--tls-verify=false", &direct])
+            .ok();
+        sb.run(&["--store", &s, "check"]).ok();
+    }
+}

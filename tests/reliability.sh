@@ -10,8 +10,9 @@
 #   reliability_crash    SIGKILL of pulls and imports at random moments
 #   reliability_load     64 runs at once, N in a row, leak checks
 #   runtime_shared       64 tasks joining one shared container
-# and prints the figures the tests report (timings, seeds, kills that
-# landed mid-way); the log is kept in target/reliability-<UTC>.log.
+# then every fuzz target for FUZZ_SECONDS (default 300) each, and prints
+# the figures (timings, seeds, kills that landed mid-way, executions per
+# fuzz target); the log is kept in target/reliability-<UTC>.log.
 set -Eeuo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 KILLS=100
@@ -38,5 +39,7 @@ BERTH_IT_REQUIRED=1 BERTH_RELIABILITY_KILLS=$KILLS BERTH_RELIABILITY_RUNS=$RUNS 
     reliability_ runtime_shared 2>&1 | tee "$LOG" | grep -E '^(test |crash loop|undisturbed|[0-9]+ (of|runs)|64 runs|status|reset|truncate|stall|auth401)' || true
 status=${PIPESTATUS[0]}
 echo "reliability.sh: $((SECONDS - t0)) s; log in $LOG"
+echo "== fuzz targets, ${FUZZ_SECONDS:-300} s each (tests/fuzz.sh)"
+bash tests/fuzz.sh --seconds "${FUZZ_SECONDS:-300}" | tee -a "$LOG" || status=1
 grep -q '^test result: ok' "$LOG" && ! grep -q 'FAILED' "$LOG" || status=1
 exit "$status"

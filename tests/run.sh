@@ -38,6 +38,19 @@ awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += 
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
 rm -f "$log"
 
+# The fuzz targets, briefly (tests/fuzz.sh: 10 s each; the reliability
+# run gives them longer). BERTH_SKIP_FUZZ=1 skips it.
+if [[ ${BERTH_SKIP_FUZZ:-0} != 1 ]]; then
+    echo "== fuzz targets, 10 s each (tests/fuzz.sh)"
+    fuzz_status=0
+    bash tests/fuzz.sh --seconds 10 || fuzz_status=$?
+    case $fuzz_status in
+        0) echo "fuzz (short): ok" ;;
+        3) echo "fuzz (short): skipped (nightly or cargo-fuzz could not be installed)" ;;
+        *) echo "fuzz (short): failed"; status=1 ;;
+    esac
+fi
+
 # Benchmarks are not tests (no pass or fail on time), but one short round of
 # each runs here so that the suite cannot rot: the scripts, their peers'
 # set-up, the result files and the report generator. Debug binaries are

@@ -24,19 +24,23 @@ impl ImageRef {
         if text.trim() != text || text.is_empty() {
             return Err(invalid("empty, or surrounded by white space".to_string()));
         }
-        if text.chars().any(|c| c.is_ascii_uppercase())
-            && !text.contains('@')
-            && text.split(':').next().is_some_and(|name| {
+        let lower_case = |repository: &str| {
+            if repository.chars().any(|c| c.is_ascii_uppercase()) {
                 // Upper case is allowed in tags and a registry host, not in
                 // repository paths; say so instead of the regexp's message.
-                name.split('/')
-                    .skip(1)
-                    .any(|c| c.chars().any(|c| c.is_ascii_uppercase()))
-            })
-        {
-            return Err(invalid("repository names must be lower case".to_string()));
+                Err(invalid("repository names must be lower case".to_string()))
+            } else {
+                Ok(())
+            }
+        };
+        if !names_registry(text) {
+            // The whole name is the repository (found by fuzzing: "oSt/x"
+            // parsed as docker.io/oSt/x, which does not parse again).
+            let name = text.split(['@', ':']).next().unwrap_or(text);
+            lower_case(name)?;
         }
         let inner = Reference::try_from(text).map_err(|e| invalid(e.to_string()))?;
+        lower_case(inner.repository())?;
         Ok(Self { inner })
     }
 
@@ -149,6 +153,24 @@ mod tests {
             (r.registry(), r.repository(), r.tag()),
             ("ghcr.io", "o/i", Some("v1"))
         );
+    }
+
+    /// Found by the `reference` fuzz target: an upper-case first component
+    /// that is no registry parsed as `docker.io/oSt/x`, which did not parse
+    /// again. Every reference that parses prints as one that does.
+    #[test]
+    fn fuzz_upper_case_first_component_is_refused() {
+        for bad in ["oSt/x", "Debian", "library/Debian:12"] {
+            let e = ImageRef::parse(bad).unwrap_err().to_string();
+            assert!(e.contains("lower case"), "{bad}: {e}");
+        }
+        for bad in ["localhost/Foo", "reg:5000/A/b"] {
+            assert!(ImageRef::parse(bad).is_err(), "{bad}");
+        }
+        for ok in ["reg:5000/a/b:TAG", "debian:Bookworm", "Reg.Example.com/a"] {
+            let r = ImageRef::parse(ok).unwrap();
+            assert_eq!(ImageRef::parse(&r.to_string()).unwrap(), r, "{ok}");
+        }
     }
 
     #[test]

@@ -290,12 +290,28 @@ impl Registry {
 
 fn read_spec(path: &Path) -> Result<Spec, String> {
     let text = fs::read_to_string(path).map_err(|e| e.to_string())?;
+    parse_spec(&text)
+}
+
+fn parse_spec(text: &str) -> Result<Spec, String> {
     // YAML 1.2 is a superset of JSON: one parser reads both.
-    let spec: Spec = serde_yaml_ng::from_str(&text).map_err(|e| e.to_string())?;
+    let spec: Spec = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
     if spec.kind.split_once('/').is_none() {
         return Err(format!("kind {:?} is not vendor.com/class", spec.kind));
     }
     Ok(spec)
+}
+
+/// Checks a CDI spec's text (JSON or YAML) as berth reads spec files, and
+/// returns its qualified device names (`vendor.com/class=NAME`); the error
+/// says what is wrong. (For tools and the fuzz targets.)
+pub fn check_spec(text: &str) -> Result<Vec<String>, String> {
+    let spec = parse_spec(text)?;
+    Ok(spec
+        .devices
+        .iter()
+        .map(|d| format!("{}={}", spec.kind, d.name))
+        .collect())
 }
 
 fn supported_version(v: &str) -> bool {

@@ -90,3 +90,74 @@ fn device_nodes_berths_process_and_the_image_are_out_of_reach() {
     .stdout();
     assert_eq!(out, "refused\nrefused\n", "the image");
 }
+
+/// A second unprivileged user (created here when missing).
+fn other_user() -> Option<(u32, u32)> {
+    let name = "berthtest2";
+    let id = |flag: &str| -> Option<u32> {
+        let o = std::process::Command::new("id")
+            .args([flag, name])
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&o.stdout).trim().parse().ok()
+    };
+    if id("-u").is_none() {
+        let st = std::process::Command::new("useradd")
+            .args(["--no-create-home", "--shell", "/usr/sbin/nologin", name])
+            .status()
+            .ok()?;
+        if !st.success() {
+            return None;
+        }
+    }
+    Some((id("-u")?, id("-g")?))
+}
+
+#[test]
+fn another_users_private_store_is_out_of_reach() {
+    let env = need_env!();
+    if env.user.is_none() {
+        eprintln!("skipped: needs root to run as a second user");
+        return;
+    }
+    let sb = Sandbox::new(env);
+    let Some((uid, gid)) = other_user() else {
+        panic!("cannot create the second test user berthtest2");
+    };
+    // A store berth creates itself is private (0700).
+    let store = sb.dir.path().join("private/store");
+    let s = store.to_string_lossy().into_owned();
+    let img = format!("{}/berth-test/layers:latest", env.anon());
+    sb.run(&["--store", &s, "pull", "-q", "--tls-verify=false", &img])
+        .ok();
+    let sqfs = std::path::PathBuf::from(
+        sb.run(&["--store", &s, "inspect", &img]).ok().json()["squashfs"]["path"]
+            .as_str()
+            .unwrap(),
+    );
+    use std::os::unix::process::CommandExt;
+    let as_other = |args: &[&str]| {
+        let mut c = sb.berth(args);
+        c.uid(uid)
+            .gid(gid)
+            .env("HOME", "/tmp")
+            .env_remove("XDG_RUNTIME_DIR");
+        crate::harness::Out(c.output().unwrap())
+    };
+    let out = as_other(&["--store", &s, "images"]);
+    assert_ne!(out.code(), 0, "{}", out.stdout());
+    assert!(
+        out.stderr().contains("ermission denied"),
+        "{}",
+        out.stderr()
+    );
+    let out = as_other(&["--store", &s, "run", &img, "true"]);
+    assert_eq!(out.code(), 125, "{}", out.stderr());
+    let read = std::process::Command::new("cat")
+        .arg(&sqfs)
+        .uid(uid)
+        .gid(gid)
+        .output()
+        .unwrap();
+    assert!(!read.status.success(), "the other user read the image file");
+}

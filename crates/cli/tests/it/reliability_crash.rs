@@ -142,3 +142,60 @@ fn kills_at_random_moments_leave_a_consistent_store() {
         "most kills should land mid-way"
     );
 }
+
+/// Two "nodes" on one shared store: each pull in its own mount namespace
+/// (`unshare -m`, then the test user), both at once. One converts, the
+/// other finds the image; both succeed with the same id.
+#[test]
+fn two_nodes_pulling_one_image_into_a_shared_store_convert_once() {
+    let env = need_env!();
+    let Some((uid, gid, _)) = env.user.clone() else {
+        eprintln!("skipped: needs root for unshare -m");
+        return;
+    };
+    let sb = Sandbox::new(env);
+    let reference = format!("{}/berth-test/debian-python:latest", env.anon());
+    let berth = sb.env.berth.to_string_lossy().into_owned();
+    let nodes: Vec<_> = (0..2)
+        .map(|_| {
+            let mut c = Command::new("unshare");
+            c.args(["--mount", "--propagation", "private", "setpriv"])
+                .arg(format!("--reuid={uid}"))
+                .arg(format!("--regid={gid}"))
+                .args([
+                    "--clear-groups",
+                    &berth,
+                    "pull",
+                    "--tls-verify=false",
+                    &reference,
+                ]);
+            // The sandbox's environment (store, home, runtime directory).
+            c.env_clear().envs(
+                sb.berth(&[])
+                    .get_envs()
+                    .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned()))),
+            );
+            c.stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut ids = std::collections::BTreeSet::new();
+    let mut conversions = 0;
+    for n in nodes {
+        let o = n.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(o.status.success(), "{err}");
+        ids.insert(String::from_utf8_lossy(&o.stdout).trim().to_string());
+        conversions += usize::from(err.contains("Writing squashfs"));
+    }
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    assert_eq!(conversions, 1, "converted {conversions} times");
+    sb.run(&["check"]).ok();
+    assert!(
+        sb.store_entries("tmp").is_empty(),
+        "{:?}",
+        sb.store_entries("tmp")
+    );
+}

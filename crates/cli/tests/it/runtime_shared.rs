@@ -182,3 +182,44 @@ fn a_lingering_container_waits_for_the_next_task() {
     sb.run(&["run", "--shared", "bad/key", &d, "true"])
         .fails(125, "container name");
 }
+
+#[test]
+fn a_task_killed_mid_way_leaves_the_others_running() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let d = debian(&sb);
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            sb.berth(&[
+                "run",
+                "--shared",
+                "kk",
+                "--entrypoint",
+                "",
+                &d,
+                "sh",
+                "-c",
+                "sleep 2; echo done",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(800));
+    // SIGKILL one task's berth (its command, already in the container,
+    // runs on): the others must not notice.
+    let mut tasks = tasks;
+    let mut victim = tasks.remove(17);
+    let _ = victim.kill();
+    let _ = victim.wait();
+    let mut ok = 0;
+    for t in tasks {
+        let o = t.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        ok += usize::from(String::from_utf8_lossy(&o.stdout).trim() == "done");
+    }
+    assert_eq!(ok, 63, "the other 63 tasks finished");
+    wait_gone(&sb, "kk");
+}

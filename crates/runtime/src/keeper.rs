@@ -452,6 +452,18 @@ pub fn keeper_main(args: &[String]) -> i32 {
 }
 
 fn keeper_run(args: &[String]) -> Result<()> {
+    // After the re-exec inside the namespaces (below): the ids inside and
+    // the caller's ids outside follow.
+    let (args, in_ns) = match args {
+        [a @ .., flag, uid, gid, huid, hgid] if flag == "--in-ns" => {
+            let n = |s: &String| s.parse::<u32>().ok();
+            match (n(uid), n(gid), n(huid), n(hgid)) {
+                (Some(u), Some(g), Some(hu), Some(hg)) => (a, Some(((u, g), (hu, hg)))),
+                _ => return Err(Error::Setup("bad --in-ns ids".into())),
+            }
+        }
+        _ => (args, None),
+    };
     let [dir, image, mode, idle] = args else {
         return Err(Error::Setup(
             "usage: berth __keeper DIR IMAGE MODE IDLE".into(),
@@ -477,11 +489,31 @@ fn keeper_run(args: &[String]) -> Result<()> {
         }
         None => File::open(&image).map_err(|e| Error::io("open the image", &image, e))?,
     };
-    let host_ids = (
-        rustix::process::getuid().as_raw(),
-        rustix::process::getgid().as_raw(),
-    );
-    let (uid, gid) = enter_namespaces(mode)?;
+    let (uid, gid, host_ids) = match in_ns {
+        Some((inside, outside)) => {
+            // The keeper's memory now belongs to its user namespace: not
+            // dumpable, it cannot be traced or opened through /proc by
+            // identity-mode containers (no capabilities in this namespace),
+            // while runs (outside, its owners) still open its namespaces.
+            // Its forked helpers (the prepared root's and the identity
+            // namespace's holders) inherit that.
+            let _ = rustix::process::set_dumpable_behavior(
+                rustix::process::DumpableBehavior::NotDumpable,
+            );
+            (inside.0, inside.1, outside)
+        }
+        None => {
+            let host_ids = (
+                rustix::process::getuid().as_raw(),
+                rustix::process::getgid().as_raw(),
+            );
+            let (uid, gid) = enter_namespaces(mode)?;
+            if mode != IdMode::HostRoot {
+                reexec_in_namespaces(args, &image_file, (uid, gid), host_ids);
+            }
+            (uid, gid, host_ids)
+        }
+    };
     let mnt = dir.join("mnt");
     sys::mount(
         Some(Path::new("berth")),
@@ -551,6 +583,38 @@ fn keeper_run(args: &[String]) -> Result<()> {
         let _ = s.wait();
     }
     Ok(())
+}
+
+/// Re-executes the keeper inside the namespaces it just entered (see
+/// `keeper_run`), with the image descriptor, stdout (the starter reads
+/// `ready PID` from it) and stderr (its log). Returns only if the exec
+/// failed: the keeper then goes on as it is.
+fn reexec_in_namespaces(
+    args: &[String],
+    image_file: &File,
+    inside: (u32, u32),
+    outside: (u32, u32),
+) {
+    use std::os::unix::process::CommandExt;
+    let _ = rustix::io::fcntl_setfd(image_file, rustix::io::FdFlags::empty());
+    let mut a: Vec<String> = args.to_vec();
+    if let Some(image) = a.get_mut(1) {
+        *image = format!("fd:{}", image_file.as_raw_fd());
+    }
+    a.extend([
+        "--in-ns".to_string(),
+        inside.0.to_string(),
+        inside.1.to_string(),
+        outside.0.to_string(),
+        outside.1.to_string(),
+    ]);
+    let err = Command::new("/proc/self/exe")
+        .arg0("berth")
+        .arg("__keeper")
+        .args(&a)
+        .exec();
+    eprintln!("berth: warning: the keeper could not re-execute itself in its namespaces ({err}); it stays traceable");
+    let _ = rustix::io::fcntl_setfd(image_file, rustix::io::FdFlags::CLOEXEC);
 }
 
 /// Forks the holder of the identity namespace: a process that creates a
@@ -714,6 +778,7 @@ fn mount_fuse(
     // If the keeper dies, however, the server must go too: it lives in the
     // keeper's mount namespace and would otherwise keep it (and itself) alive.
     sys::kill_with_parent(&mut cmd, rustix::process::Signal::TERM);
+    sys::exec_without_root_powers(&mut cmd);
     let child = cmd
         .arg("-f")
         .arg(format!("/dev/fd/{}", image_file.as_raw_fd()))

@@ -405,6 +405,31 @@ pub fn kill_with_parent(cmd: &mut std::process::Command, signal: rustix::process
     }
 }
 
+/// Makes `cmd` start without capabilities although it runs as root in the
+/// keeper's user namespace (securebits `NOROOT`, locked): the squashfs
+/// server needs none, and a process of the user's containers that traced
+/// it would find none to use.
+pub fn exec_without_root_powers(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    const SECBIT_NOROOT: libc::c_ulong = 1;
+    const SECBIT_NOROOT_LOCKED: libc::c_ulong = 1 << 1;
+    // SAFETY: the closure runs between fork and exec and only calls
+    // prctl(PR_SET_SECUREBITS), which is async-signal-safe and allocates
+    // nothing; a failure (no CAP_SETPCAP) leaves the old behaviour.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(
+                libc::PR_SET_SECUREBITS,
+                SECBIT_NOROOT | SECBIT_NOROOT_LOCKED,
+                0,
+                0,
+                0,
+            );
+            Ok(())
+        });
+    }
+}
+
 /// Capabilities a container of real root keeps (Docker's default set);
 /// every other one leaves the bounding set, so `exec` cannot grant it.
 pub const ROOT_KEEPS: &[u32] = &[

@@ -161,3 +161,50 @@ fn another_users_private_store_is_out_of_reach() {
         .unwrap();
     assert!(!read.status.success(), "the other user read the image file");
 }
+
+#[test]
+fn berths_helpers_cannot_be_traced_from_a_container() {
+    let env = need_env!();
+    let mut sb = Sandbox::new(env);
+    sb.extra_env.push(("BERTH_KEEPER_IDLE".into(), "10".into()));
+    let d = debian(&sb);
+    sb.run(&["run", &d, "true"]).ok();
+    // The keeper and its namespace holders (re-executed in the keeper's
+    // user namespace, not dumpable); the squashfs server has no
+    // capabilities.
+    let keepers = sb.dir.path().join("run/berth/keepers");
+    let dir = fs::read_dir(&keepers)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.join("pid").exists())
+        .expect("a keeper");
+    let pids: Vec<String> = ["pid", "identity.pid", "holder.pid"]
+        .iter()
+        .filter_map(|f| fs::read_to_string(dir.join(f)).ok())
+        .map(|s| s.trim().to_string())
+        .collect();
+    assert_eq!(pids.len(), 3, "{pids:?}");
+    let script: String = pids
+        .iter()
+        .map(|p| {
+            format!(
+                "cat /proc/{p}/environ >/dev/null 2>&1 && echo {p} environ || echo refused; \
+                 readlink /proc/{p}/ns/mnt >/dev/null 2>&1 && echo {p} ns || echo refused; "
+            )
+        })
+        .collect();
+    let out = sh(&sb, &d, &[], &script).ok().stdout();
+    assert_eq!(out, "refused\n".repeat(6), "berth's helpers");
+    // The keeper's child serving the image.
+    let ppid = format!("PPid:\t{}\n", pids[0]);
+    let server = fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| fs::read_to_string(e.path().join("status")).ok())
+        .find(|st| st.starts_with("Name:\tsquashfuse") && st.contains(&ppid));
+    let status = server.expect("the keeper's squashfs server");
+    {
+        assert!(status.contains("CapEff:\t0000000000000000"), "{status}");
+    }
+}

@@ -549,12 +549,18 @@ pub(crate) fn lease_for(spec: &RunSpec) -> Result<KeeperLease> {
         spec.template.as_ref(),
         spec.image_file.as_deref(),
     )?;
+    release_startup_lock(spec);
+    Ok(lease)
+}
+
+/// Lets the other ranks waiting on the caller's start-up lock go (the
+/// keeper is there, or this run joins a shared container and needs none).
+pub(crate) fn release_startup_lock(spec: &RunSpec) {
     if let Some(lock) = &spec.startup_lock {
         if let Ok(mut held) = lock.lock() {
             held.take();
         }
     }
-    Ok(lease)
 }
 
 /// Whether a run can start from the keeper's prepared root: it wants the

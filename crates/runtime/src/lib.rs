@@ -22,4 +22,3 @@ pub mod sys;
 pub use container::{run, Preflight, RunSpec};
 pub use error::{Error, Result};
 pub use keeper::{keeper_main, IdMode};
-pub use shared::holder_main;

@@ -205,6 +205,11 @@ pub fn run_shared(spec: &RunSpec, key: &str, image_name: &str, linger: Duration)
             }
         };
         drop(key_lock);
+        // A joining task starts no keeper: it must not keep the other
+        // ranks of the node waiting on its start-up lock while it runs
+        // (they would wait for a rank that waits for them: found by the
+        // 3-node MPI test).
+        container::release_startup_lock(spec);
         let job = Join {
             argv: spec.argv.clone(),
             env: spec.env.clone(),
@@ -410,60 +415,21 @@ pub(crate) fn hold(hold: Hold) -> ! {
         hold.keeper_share,
     ];
     sys::close_inherited(&keep);
-    // Re-exec berth as the holder, here in the container's user namespace:
-    // the new program's memory then belongs to that namespace, and once it
-    // is not dumpable, the container's processes (no capabilities there)
-    // can neither trace it nor open its /proc files, while the user's
-    // later tasks (outside, owners of the namespace) still open its
-    // namespaces to join.
-    for fd in keep {
-        // SAFETY: F_SETFD on a descriptor number the holder owns only
-        // changes its close-on-exec flag.
-        unsafe {
-            libc::fcntl(fd, libc::F_SETFD, 0);
-        }
-    }
-    let args = [
-        "__hold".to_string(),
-        keep[0].to_string(),
-        keep[1].to_string(),
-        keep[2].to_string(),
-        keep[3].to_string(),
-        hold.linger.as_millis().to_string(),
-    ];
-    use std::os::unix::process::CommandExt;
-    let err = std::process::Command::new("/proc/self/exe")
-        .arg0("berth")
-        .args(args)
-        .env_clear()
-        .exec();
-    // Could not re-exec: hold from here (dumpable, as before).
-    let _ = err;
+    // The holder needs no capability to wait on locks: it drops those
+    // that joining the container's user namespace gave it, so that a
+    // process of the container that traces it (same user, and the holder
+    // stays dumpable: re-executing berth here would need the image to
+    // carry berth's loader and libraries) finds none.
+    let none = rustix::thread::CapabilitySet::empty();
+    let _ = rustix::thread::set_capabilities(
+        None,
+        rustix::thread::CapabilitySets {
+            effective: none,
+            permitted: none,
+            inheritable: none,
+        },
+    );
     hold_loop(&hold.users, &hold.key_lock, Some(hold.ready), hold.linger)
-}
-
-/// `berth __hold USERS KEY_LOCK READY KEEPER_SHARE LINGER_MS`: the shared
-/// container's holder after its re-exec (see [`hold`]); not a user command.
-pub fn holder_main(args: &[String]) -> i32 {
-    let fds: Vec<i32> = args.iter().take(4).filter_map(|a| a.parse().ok()).collect();
-    let linger = args
-        .get(4)
-        .and_then(|a| a.parse().ok())
-        .map(Duration::from_millis)
-        .unwrap_or(Duration::ZERO);
-    let [users, key_lock, ready, _keeper_share] = fds[..] else {
-        return 2;
-    };
-    let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
-    let (Some(users), Some(key_lock), Some(ready)) = (
-        sys::take_inherited_fd(users),
-        sys::take_inherited_fd(key_lock),
-        sys::take_inherited_fd(ready),
-    ) else {
-        return 2;
-    };
-    // The keeper's share stays open, unowned, for the holder's life.
-    hold_loop(&users, &key_lock, Some(OwnedFd::from(ready)), linger)
 }
 
 /// Tells the creator the container is ready, waits until no task uses it

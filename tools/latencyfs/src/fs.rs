@@ -367,8 +367,13 @@ pub fn serve(
     };
     if let Some(path) = stats {
         let counters = counters.clone();
+        // Written beside and renamed over: a reader (the benchmark reads
+        // it between rounds) never sees a half-written or empty file.
+        let tmp = path.with_extension("json.tmp");
         std::thread::spawn(move || loop {
-            let _ = std::fs::write(&path, counters.json());
+            if std::fs::write(&tmp, counters.json()).is_ok() {
+                let _ = std::fs::rename(&tmp, &path);
+            }
             std::thread::sleep(Duration::from_millis(100));
         });
     }

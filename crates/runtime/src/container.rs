@@ -174,9 +174,7 @@ pub fn run(spec: &RunSpec) -> Result<i32> {
     timing.mark("config");
     let lease = lease_for(spec)?;
     timing.mark("keeper");
-    let mut watched: Vec<i32> = FORWARDED.to_vec();
-    watched.push(libc::SIGCHLD);
-    let set = SigSet::of(&watched);
+    let set = watched_signals();
     sys::mask(&set, true).map_err(|e| Error::Setup(format!("sigprocmask: {e}")))?;
     let sync = if spec.hooks.is_empty() {
         None
@@ -296,6 +294,14 @@ pub(crate) fn hooks_before_start(
     }
 }
 
+/// The signals a supervising berth waits for: those it forwards, and
+/// SIGCHLD.
+pub(crate) fn watched_signals() -> SigSet {
+    let mut watched: Vec<i32> = FORWARDED.to_vec();
+    watched.push(libc::SIGCHLD);
+    SigSet::of(&watched)
+}
+
 /// Waits for `pid`, forwarding signals that processes send us.
 pub(crate) fn supervise(pid: libc::pid_t, set: &SigSet) -> Exit {
     loop {
@@ -374,9 +380,7 @@ pub(crate) fn child(
         }
     }
     timing.mark("namespace");
-    let mut watched: Vec<i32> = FORWARDED.to_vec();
-    watched.push(libc::SIGCHLD);
-    let set = SigSet::of(&watched);
+    let set = watched_signals();
     if spec.pid_ns {
         // The next child is PID 1 of the new namespace; we relay its status.
         match sys::fork().map_err(|e| Error::Setup(format!("fork: {e}")))? {

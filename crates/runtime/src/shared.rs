@@ -28,10 +28,10 @@ use rustix::fs::FlockOperation;
 use rustix::thread::LinkNameSpaceType;
 use serde::{Deserialize, Serialize};
 
-use crate::container::{self, RunSpec, Timing, FORWARDED};
+use crate::container::{self, RunSpec, Timing};
 use crate::error::{Error, Result, EXIT_BERTH};
 use crate::keeper::{self, IdMode};
-use crate::sys::{self, Fork, SigSet};
+use crate::sys::{self, Fork};
 
 /// What a shared container records about itself (`info.json`), for the
 /// tasks that join it, `berth ps` and `berth exec`.
@@ -429,22 +429,17 @@ pub(crate) fn hold(hold: Hold) -> ! {
             inheritable: none,
         },
     );
-    hold_loop(&hold.users, &hold.key_lock, Some(hold.ready), hold.linger)
-}
-
-/// Tells the creator the container is ready, waits until no task uses it
-/// (and `linger` more), and leaves under the key's lock.
-fn hold_loop(users: &File, key_lock: &File, ready: Option<OwnedFd>, linger_for: Duration) -> ! {
-    if let Some(ready) = ready {
-        let _ = rustix::io::write(&ready, b"r");
-    }
+    // Ready: tell the creator, then wait until no task uses the container
+    // (and `linger` more), and leave under the key's lock.
+    let _ = rustix::io::write(&hold.ready, b"r");
+    drop(hold.ready);
     loop {
-        let _ = rustix::fs::flock(users, FlockOperation::LockExclusive);
-        if linger_for.is_zero() || !linger(users, linger_for) {
+        let _ = rustix::fs::flock(&hold.users, FlockOperation::LockExclusive);
+        if hold.linger.is_zero() || !linger(&hold.users, hold.linger) {
             break;
         }
     }
-    let _ = rustix::fs::flock(key_lock, FlockOperation::LockExclusive);
+    let _ = rustix::fs::flock(&hold.key_lock, FlockOperation::LockExclusive);
     // The record is outside this mount namespace; the next task sees the
     // holder gone (its pid dead) and the record is replaced then.
     sys::exit_now(0)
@@ -490,9 +485,7 @@ fn join(info: &SharedInfo, job: &Join, users: File) -> Result<i32> {
             info.key
         )));
     }
-    let mut watched: Vec<i32> = FORWARDED.to_vec();
-    watched.push(libc::SIGCHLD);
-    let set = SigSet::of(&watched);
+    let set = container::watched_signals();
     sys::mask(&set, true).map_err(|e| Error::Setup(format!("sigprocmask: {e}")))?;
     match sys::fork().map_err(|e| Error::Setup(format!("fork: {e}")))? {
         Fork::Child => {

@@ -317,15 +317,7 @@ pub fn is_socket(fd: i32) -> bool {
 /// Marks every descriptor above 2 close-on-exec, so nothing berth opened
 /// reaches the container's command (CVE-2024-21626 leaked a directory fd).
 pub fn cloexec_all_but(keep: &[i32]) {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
-        return;
-    };
-    let fds: Vec<i32> = dir
-        .flatten()
-        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
-        .filter(|fd| *fd > 2 && !keep.contains(fd))
-        .collect();
-    for fd in fds {
+    for fd in open_fds_but(keep) {
         // SAFETY: F_SETFD on a descriptor number only changes its flags;
         // an already closed number fails harmlessly with EBADF.
         unsafe {
@@ -468,20 +460,25 @@ pub fn restrict_bounding_set(keep: &[u32]) -> io::Result<()> {
     Ok(())
 }
 
-/// Closes every descriptor above 2 but those in `keep`: what a long-lived
-/// helper (the keeper, a shared container's holder) does first, so that descriptors its starter inherited (an
-/// MPI launcher's PMI socket, a scheduler's pipes) are not held open for
-/// the helper's whole life (the launcher would wait for them to close).
-pub fn close_inherited(keep: &[i32]) {
+/// The open descriptors above 2, but those in `keep` (the listing's own
+/// descriptor is closed again when this returns).
+fn open_fds_but(keep: &[i32]) -> Vec<i32> {
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
-        return;
+        return Vec::new();
     };
-    let fds: Vec<i32> = dir
-        .flatten()
+    dir.flatten()
         .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
         .filter(|fd| *fd > 2 && !keep.contains(fd))
-        .collect();
-    for fd in fds {
+        .collect()
+}
+
+/// Closes every descriptor above 2 but those in `keep`: what a long-lived
+/// helper (the keeper, a shared container's holder) does first, so that
+/// descriptors its starter inherited (an MPI launcher's PMI socket, a
+/// scheduler's pipes) are not held open for the helper's whole life (the
+/// launcher would wait for them to close).
+pub fn close_inherited(keep: &[i32]) {
+    for fd in open_fds_but(keep) {
         // SAFETY: this runs in a single-threaded helper that owns nothing
         // it will use again through these numbers: the keeper calls it
         // first thing, a holder just before it only waits and exits with

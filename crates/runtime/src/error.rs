@@ -30,6 +30,10 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// The image's squashfs file is not where its record says (removed or
+    /// moved since the record was read).
+    #[error("the image file {0} is gone (removed from the store or moved); pull or import the image again")]
+    ImageMissing(PathBuf),
     /// Anything else in the set-up.
     #[error("{0}")]
     Setup(String),

@@ -313,6 +313,13 @@ fn start(
             .map_err(|_| Error::Setup(format!("keeper said {line:?}")));
     }
     let _ = child.wait();
+    // The keeper opened the image by path: if it is not there (any more),
+    // say so plainly, so that a caller holding a stale record can retry.
+    if image_arg == image
+        && fs::symlink_metadata(image).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+    {
+        return Err(Error::ImageMissing(image.to_path_buf()));
+    }
     let log = fs::read_to_string(&log_path).unwrap_or_default();
     let msg = log
         .lines()

@@ -44,7 +44,7 @@ pub fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
 }
 
 /// What `berth run` asks beyond the container options.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct How {
     /// Print the plan, start nothing.
     dry_run: bool,
@@ -281,10 +281,15 @@ fn cache_path(id: &str) -> Option<PathBuf> {
     )
 }
 
-fn cached_by_id(image: &str) -> Option<StoredImage> {
+/// The node-local record of `image`, if it came from one of the stores
+/// that `config` names (another configuration's store is not this run's).
+fn cached_by_id(image: &str, config: &Config) -> Option<StoredImage> {
     let path = cache_path(image)?;
     let cached: CachedImage = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
-    (cached.record.id == image).then(|| StoredImage {
+    let ours = std::iter::once(&config.store)
+        .chain(config.shared_stores.iter())
+        .any(|store| cached.dir.starts_with(store));
+    (ours && cached.record.id == image).then(|| StoredImage {
         record: cached.record,
         dir: cached.dir,
         names: Vec::new(),
@@ -306,13 +311,16 @@ fn cache_lock(image: &str) -> Option<std::fs::File> {
     Some(f)
 }
 
+/// Drops the node-local record of `image`; true if there was one.
+fn forget(image: &str) -> bool {
+    cache_path(image).is_some_and(|p| std::fs::remove_file(p).is_ok())
+}
+
 fn remember(img: &StoredImage) {
+    // Called on a miss only (none, or another store's): replace it.
     let Some(path) = cache_path(&img.record.id) else {
         return;
     };
-    if path.exists() {
-        return;
-    }
     let cached = CachedImage {
         dir: img.dir.clone(),
         record: img.record.clone(),
@@ -379,13 +387,39 @@ fn host_env() -> Vec<(String, String)> {
         .collect()
 }
 
+/// Starts the container. A node-local record whose image file has gone
+/// (removed from the store, or the store moved) is dropped and the store
+/// asked again, once.
 fn start(
+    ctx: &Context,
+    c: &ContainerArgs,
+    image: &str,
+    request: UserRequest,
+    started: Instant,
+    how: How,
+) -> Result<i32> {
+    let again = (request.clone(), how.clone());
+    match start_once(ctx, c, image, request, started, how, true) {
+        Err(e)
+            if matches!(
+                e.downcast_ref::<berth_runtime::Error>(),
+                Some(berth_runtime::Error::ImageMissing(_))
+            ) && forget(image) =>
+        {
+            start_once(ctx, c, image, again.0, started, again.1, false)
+        }
+        result => result,
+    }
+}
+
+fn start_once(
     ctx: &Context,
     c: &ContainerArgs,
     image: &str,
     mut request: UserRequest,
     started: Instant,
     how: How,
+    trust_cache: bool,
 ) -> Result<i32> {
     let How {
         dry_run,
@@ -399,13 +433,18 @@ fn start(
     let config = ctx.config()?;
     let mut image_file = None;
     let mut startup_lock = None;
-    let img = match cached_by_id(image) {
+    let cached = if trust_cache {
+        cached_by_id(image, &config)
+    } else {
+        None
+    };
+    let img = match cached {
         Some(img) => img,
         None => {
             // Ranks of a node starting at once: one reads the store and
             // starts the keeper, the others wait and use its copy.
             let lock = cache_lock(image);
-            match cached_by_id(image) {
+            match cached_by_id(image, &config).filter(|_| trust_cache) {
                 Some(img) => img,
                 None => {
                     let found = berth_image::store::Store::open_id(

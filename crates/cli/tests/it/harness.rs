@@ -165,6 +165,47 @@ impl Sandbox {
         }
     }
 
+    /// Processes whose environment names this sandbox's runtime directory
+    /// (every berth process of the sandbox has it: runs, keepers, squashfuse).
+    pub fn processes(&self) -> Vec<(i32, String)> {
+        let marker = format!("XDG_RUNTIME_DIR={}", self.dir.path().join("run").display());
+        fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| {
+                fs::read(format!("/proc/{pid}/environ"))
+                    .map(|env| env.split(|b| *b == 0).any(|v| v == marker.as_bytes()))
+                    .unwrap_or(false)
+            })
+            .map(|pid| {
+                let cmd = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                (pid, String::from_utf8_lossy(&cmd).replace('\0', " "))
+            })
+            .collect()
+    }
+
+    /// The sandbox's image keeper, if one runs.
+    pub fn keeper_pid(&self) -> Option<i32> {
+        self.processes()
+            .into_iter()
+            .find(|(_, c)| c.contains("__keeper"))
+            .map(|(p, _)| p)
+    }
+
+    /// Waits (up to 20 s) until no keeper of the sandbox runs: they leave
+    /// one second after their last run here (`BERTH_KEEPER_IDLE`).
+    pub fn wait_keepers_gone(&self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while self.keeper_pid().is_some() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the keeper did not leave"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
     pub fn store(&self) -> PathBuf {
         self.dir.path().join("store")
     }

@@ -12,37 +12,10 @@ use crate::harness::Sandbox;
 use crate::need_env;
 use crate::reliability_crash::scale;
 
-/// Processes whose environment names this sandbox's runtime directory
-/// (every berth process of the sandbox has it: runs, keepers, squashfuse).
-fn sandbox_processes(sb: &Sandbox) -> Vec<(i32, String)> {
-    let marker = format!("XDG_RUNTIME_DIR={}", sb.dir.path().join("run").display());
-    fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            fs::read(format!("/proc/{pid}/environ"))
-                .map(|env| env.split(|b| *b == 0).any(|v| v == marker.as_bytes()))
-                .unwrap_or(false)
-        })
-        .map(|pid| {
-            let cmd = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            (pid, String::from_utf8_lossy(&cmd).replace('\0', " "))
-        })
-        .collect()
-}
-
 fn fd_count(pid: i32) -> usize {
     fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|d| d.count())
         .unwrap_or(0)
-}
-
-fn keeper_pid(sb: &Sandbox) -> Option<i32> {
-    sandbox_processes(sb)
-        .into_iter()
-        .find(|(_, c)| c.contains("__keeper"))
-        .map(|(p, _)| p)
 }
 
 #[test]
@@ -70,7 +43,7 @@ fn many_runs_at_once_and_in_a_row_leak_nothing() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
     eprintln!("64 runs at once: {:?}", t.elapsed());
-    let keeper = keeper_pid(&sb).expect("a keeper serves the runs");
+    let keeper = sb.keeper_pid().expect("a keeper serves the runs");
     let fds_before = fd_count(keeper);
     let runs = scale("BERTH_RELIABILITY_RUNS", 200);
     let t = Instant::now();
@@ -79,7 +52,7 @@ fn many_runs_at_once_and_in_a_row_leak_nothing() {
         assert_eq!(out.code(), 0, "run {i}: {}", out.stderr());
     }
     eprintln!("{runs} runs in a row: {:?}", t.elapsed());
-    assert_eq!(keeper_pid(&sb), Some(keeper), "one keeper throughout");
+    assert_eq!(sb.keeper_pid(), Some(keeper), "one keeper throughout");
     assert_eq!(
         fd_count(keeper),
         fds_before,
@@ -89,13 +62,13 @@ fn many_runs_at_once_and_in_a_row_leak_nothing() {
     // in the host's namespace, nothing is left in the state directory but
     // berth's own small records.
     let deadline = Instant::now() + Duration::from_secs(15);
-    while !sandbox_processes(&sb).is_empty() && Instant::now() < deadline {
+    while !sb.processes().is_empty() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(200));
     }
     assert!(
-        sandbox_processes(&sb).is_empty(),
+        sb.processes().is_empty(),
         "left running: {:?}",
-        sandbox_processes(&sb)
+        sb.processes()
     );
     let sandbox = sb.dir.path().to_string_lossy().into_owned();
     let mounts_after = fs::read_to_string("/proc/self/mountinfo").unwrap();

@@ -21,6 +21,14 @@ fn debian(sb: &Sandbox) -> String {
     r
 }
 
+/// The stored image's full id.
+fn id_of(sb: &Sandbox, image: &str) -> String {
+    sb.run(&["inspect", image]).ok().json()["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
 /// `berth run IMAGE sh -c SCRIPT` with the entrypoint cleared.
 fn sh(sb: &Sandbox, image: &str, extra: &[&str], script: &str) -> crate::harness::Out {
     let mut args = vec!["run", "--entrypoint", ""];
@@ -513,10 +521,7 @@ fn runs_by_id_need_no_store_after_the_first() {
     let env = need_env!();
     let sb = Sandbox::new(env);
     let l = layers(&sb);
-    let id = sb.run(&["inspect", &l]).ok().json()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = id_of(&sb, &l);
     let out = sb
         .run(&["run", "--entrypoint", "", &id, "/bin/echo", "one"])
         .ok();
@@ -532,6 +537,47 @@ fn runs_by_id_need_no_store_after_the_first() {
     assert_eq!(out.stdout(), "two\n");
     sb.run(&["run", "--entrypoint", "", &l, "/bin/true"])
         .fails(125, "not in the store");
+}
+
+#[test]
+fn a_node_record_of_another_store_or_of_a_removed_image_is_not_used() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let l = layers(&sb);
+    let id = id_of(&sb, &l);
+    let run_id = |store: &str, word: &str| {
+        sb.run(&[
+            "--store",
+            store,
+            "run",
+            "--entrypoint",
+            "",
+            &id,
+            "/bin/echo",
+            word,
+        ])
+    };
+    let first = sb.store().to_string_lossy().to_string();
+    assert_eq!(run_id(&first, "one").ok().stdout(), "one\n");
+    // The same image in a second store (another configuration on the
+    // node); the first store goes away. The node's record names the
+    // first: a run with the second store does not follow it.
+    let second = sb.dir.path().join("second-store");
+    fs::create_dir(&second).unwrap();
+    sb.chown_to_user(&second);
+    let second = second.to_string_lossy().to_string();
+    sb.run(&["--store", &second, "pull", "-q", "--tls-verify=false", &l])
+        .ok();
+    sb.wait_keepers_gone();
+    fs::rename(sb.store(), sb.dir.path().join("store-away")).unwrap();
+    assert_eq!(run_id(&second, "two").ok().stdout(), "two\n");
+    // Removed from its store since the record was written: the run says
+    // the image is not there, not that a file is missing.
+    sb.wait_keepers_gone();
+    sb.run(&["--store", &second, "rmi", &id]).ok();
+    let out = run_id(&second, "three");
+    assert_eq!(out.code(), 125, "{}", out.stderr());
+    assert!(!out.stderr().contains("No such file"), "{}", out.stderr());
 }
 
 #[test]

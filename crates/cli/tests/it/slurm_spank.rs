@@ -190,13 +190,19 @@ fn spank_batch_job_and_named_container_across_steps() {
     let log = sb.dir.path().join("batch.out");
     sb.chown_to_user(sb.dir.path());
     let (s, l) = (script.to_string_lossy(), log.to_string_lossy());
-    slurm(
+    let out = slurm(
         &sb,
         "/usr/bin/sbatch",
         &["--wait", "-N2", "-o", &l, &img, &s],
-    )
-    .ok();
-    let text = fs::read_to_string(&log).unwrap();
+    );
+    let text = fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(
+        out.code(),
+        0,
+        "sbatch: {}{}\njob output:\n{text}",
+        out.stdout(),
+        out.stderr()
+    );
     // Resolved at submission: the node does not pull; the script's srun
     // inherits the options and the job's image, and its tasks run in
     // containers on both nodes.

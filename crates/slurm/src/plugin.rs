@@ -86,6 +86,9 @@ impl BerthPlugin {
             std::env::set_var(IMAGE_VAR, &id);
             std::env::set_var(REF_VAR, image);
         }
+        for (k, v) in options::settings_to_carry(|k| std::env::var(k).ok()) {
+            std::env::set_var(k, v);
+        }
         Ok(())
     }
 
@@ -99,6 +102,7 @@ impl BerthPlugin {
         };
         let out = Command::new(&self.berth)
             .args(&args)
+            .envs(options::settings_to_restore(|k| std::env::var(k).ok()))
             .stderr(std::process::Stdio::inherit())
             .output()
             .map_err(|e| {
@@ -197,12 +201,17 @@ unsafe impl Plugin for BerthPlugin {
         let Some(image) = &opts.image else {
             return Ok(());
         };
-        let env: Vec<(String, String)> = spank
+        let mut env: Vec<(String, String)> = spank
             .job_env()?
             .iter()
             .filter_map(|kv| kv.split_once('='))
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
+        // berth's settings from submission, for the steps of a batch script.
+        let restored = options::settings_to_restore(|k| {
+            env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+        });
+        env.extend(restored);
         let image = env
             .iter()
             .find(|(k, _)| k == IMAGE_VAR)

@@ -343,13 +343,14 @@ fn init_loop(command: libc::pid_t, set: &SigSet) -> Exit {
 }
 
 /// In a forked child: join the keeper, build the container, `exec` the
-/// command; or, given `hold`, stay as a shared container's holder.
+/// command; or, given `hold`, stay until a shared container's holder has
+/// joined.
 pub(crate) fn child(
     spec: &RunSpec,
     lease: &KeeperLease,
     mut timing: Timing,
     mut sync: Option<hooks::Sync>,
-    hold: Option<crate::shared::Hold>,
+    hold: Option<crate::shared::Built>,
 ) -> Result<std::convert::Infallible> {
     timing.mark("fork");
     if let Some(userns) = &lease.userns {
@@ -476,8 +477,8 @@ pub(crate) fn child(
             }
         }
     }
-    if let Some(hold) = hold {
-        crate::shared::hold(hold);
+    if let Some(built) = hold {
+        crate::shared::built(built);
     }
     let program = resolve_or_exit(&spec.argv[0], &env, &spec.workdir, spec.argv0_fallback);
     timing.mark("pivot");

@@ -147,6 +147,12 @@ impl KeeperLease {
         self._users.as_raw_fd()
     }
 
+    /// This run's share of the keeper, to hand to a helper that must keep
+    /// the keeper (and its image mount) alive.
+    pub(crate) fn share(&self) -> std::os::fd::BorrowedFd<'_> {
+        self._users.as_fd()
+    }
+
     /// A scratch mount point for a run's own tmpfs.
     pub fn stage(&self) -> PathBuf {
         self.dir.join("mnt/stage")

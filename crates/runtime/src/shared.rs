@@ -1,8 +1,9 @@
 //! Per-node shared containers (`berth run --shared KEY`, the Slurm plugin's
 //! default mode, `berth exec`): the first task with a key builds the
 //! container (namespaces, root file system, injected host resources) and
-//! forks a *holder*, a process that keeps that container's namespaces
-//! alive and does nothing else; every task with the same key, the first
+//! starts a *holder*, a process that keeps that container's namespaces
+//! alive and does nothing else (see `create` for why it is a fresh
+//! `berth __holder`); every task with the same key, the first
 //! one included, joins the holder's namespaces with `setns` and `exec`s
 //! its command. The tasks of a node then share one user namespace, one
 //! mount namespace and one page cache (MPI's shared memory and cross-memory
@@ -74,15 +75,23 @@ pub struct Listed {
     pub processes: usize,
 }
 
-/// What the holder keeps: descriptors opened for it before the fork (its
+/// What the holder keeps: descriptors opened for it by its creator (its
 /// own open file descriptions, so its locks are not its creator's).
-pub(crate) struct Hold {
+struct Hold {
     users: File,
     key_lock: File,
     devnull: File,
     ready: OwnedFd,
-    keeper_share: i32,
+    keeper_share: File,
     linger: Duration,
+}
+
+/// What the process that builds a shared container keeps: it says when
+/// the container is built, then stays (so that its namespaces live) until
+/// the holder has joined them and its creator lets it go.
+pub(crate) struct Built {
+    ready: OwnedFd,
+    release: OwnedFd,
 }
 
 /// A command to run in an existing shared container.
@@ -303,6 +312,13 @@ fn processes_in(holder: i32) -> usize {
 
 /// Builds the container and starts its holder; returns its record, written
 /// to `info.json`. The caller holds the key's lock and a share of it.
+///
+/// A forked child builds the container (as a run's does), then a fresh
+/// `berth __holder` joins its namespaces and takes over: executed in the
+/// keeper's user namespace, the holder's memory belongs to that namespace,
+/// so once it is not dumpable the container's processes (no capabilities
+/// there) can neither trace it nor open its `/proc` files, while the
+/// user's runs outside still join it.
 fn create(
     spec: &RunSpec,
     dir: &Path,
@@ -312,30 +328,23 @@ fn create(
     linger: Duration,
 ) -> Result<SharedInfo> {
     let lease = container::lease_for(spec)?;
-    let devnull = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/null")
-        .map_err(|e| Error::io("open", "/dev/null", e))?;
-    let (ready_read, ready_write) =
-        rustix::pipe::pipe().map_err(|e| Error::Setup(format!("pipe: {e}")))?;
-    let hold = Hold {
-        users: keeper::open_lock(&dir.join("users.lock"))?,
-        key_lock: keeper::open_lock(&dir.join("lock"))?,
-        devnull,
+    let pipe = || rustix::pipe::pipe().map_err(|e| Error::Setup(format!("pipe: {e}")));
+    let (ready_read, ready_write) = pipe()?;
+    let (release_read, release_write) = pipe()?;
+    let built = Built {
         ready: ready_write,
-        keeper_share: lease.share_fd(),
-        linger,
+        release: release_read,
     };
     let sync = if spec.hooks.is_empty() {
         None
     } else {
         Some(crate::hooks::Sync::new().map_err(|e| Error::Setup(format!("pipe: {e}")))?)
     };
-    let pid = match sys::fork().map_err(|e| Error::Setup(format!("fork: {e}")))? {
+    let builder = match sys::fork().map_err(|e| Error::Setup(format!("fork: {e}")))? {
         Fork::Child => {
             drop(ready_read);
-            let code = match container::child(spec, &lease, Timing::off(), sync, Some(hold)) {
+            drop(release_write);
+            let code = match container::child(spec, &lease, Timing::off(), sync, Some(built)) {
                 Ok(never) => match never {},
                 Err(e) => {
                     eprintln!("berth: error: shared container {key}: {e}");
@@ -346,22 +355,26 @@ fn create(
         }
         Fork::Parent(pid) => pid,
     };
-    drop(hold);
+    drop(built);
     if let Some(sync) = sync {
         if let Err(msg) = container::hooks_before_start(spec, sync.parent_side()) {
-            sys::kill(pid, libc::SIGKILL);
-            let _ = sys::wait(pid, false);
+            sys::kill(builder, libc::SIGKILL);
+            let _ = sys::wait(builder, false);
             return Err(Error::Setup(msg));
         }
     }
-    let mut byte = [0u8; 1];
-    let ready = File::from(ready_read).read(&mut byte).unwrap_or(0) == 1;
-    if !ready {
-        let _ = sys::wait(pid, false);
-        return Err(Error::Setup(format!(
+    let ready = read_ready(ready_read);
+    let holder = if ready {
+        start_holder(spec, dir, &lease, builder, linger)
+    } else {
+        Err(Error::Setup(format!(
             "shared container {key} could not be set up (the reason is above)"
-        )));
-    }
+        )))
+    };
+    // The holder has joined (or failed): the builder may go.
+    drop(release_write);
+    let _ = sys::wait(builder, false);
+    let pid = holder?;
     let start_time = proc_start(pid)
         .map(|(t, _)| t)
         .ok_or_else(|| Error::Setup(format!("shared container {key}: its holder vanished")))?;
@@ -391,11 +404,158 @@ fn create(
     Ok(info)
 }
 
+/// True once the other end wrote its ready byte (false: it ended first).
+fn read_ready(pipe: OwnedFd) -> bool {
+    let mut byte = [0u8; 1];
+    File::from(pipe).read(&mut byte).unwrap_or(0) == 1
+}
+
+/// In the builder, the container built: say so, then wait until the
+/// creator lets go (the holder has joined), and leave.
+pub(crate) fn built(built: Built) -> ! {
+    let _ = rustix::io::write(&built.ready, b"r");
+    drop(built.ready);
+    let mut byte = [0u8; 1];
+    let _ = rustix::io::read(&built.release, &mut byte);
+    sys::exit_now(0)
+}
+
+/// Starts `berth __holder` in the keeper's user namespace with the
+/// descriptors it keeps and the builder's namespaces to join; returns its
+/// pid once it is in the container.
+fn start_holder(
+    spec: &RunSpec,
+    dir: &Path,
+    lease: &keeper::KeeperLease,
+    builder: i32,
+    linger: Duration,
+) -> Result<i32> {
+    use std::os::unix::process::CommandExt;
+    let users = keeper::open_lock(&dir.join("users.lock"))?;
+    let key_lock = keeper::open_lock(&dir.join("lock"))?;
+    let devnull = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map_err(|e| Error::io("open", "/dev/null", e))?;
+    let mntns = keeper::open_ns(builder, "mnt")?;
+    let userns = match spec.mode {
+        IdMode::Identity => Some(keeper::open_ns(builder, "user")?),
+        IdMode::HostRoot | IdMode::FakeRoot => None,
+    };
+    let (ready_read, ready_write) =
+        rustix::pipe::pipe().map_err(|e| Error::Setup(format!("pipe: {e}")))?;
+    let fd = |f: &dyn AsRawFd| f.as_raw_fd().to_string();
+    let args = [
+        fd(&users),
+        fd(&key_lock),
+        fd(&devnull),
+        fd(&ready_write),
+        fd(&mntns),
+        userns.as_ref().map_or("-".into(), |ns| fd(ns)),
+        lease.share_fd().to_string(),
+        linger.as_millis().to_string(),
+    ];
+    match sys::fork().map_err(|e| Error::Setup(format!("fork: {e}")))? {
+        Fork::Child => {
+            drop(ready_read);
+            if let Some(ns) = &lease.userns {
+                if let Err(e) = rustix::thread::move_into_link_name_space(
+                    ns.as_fd(),
+                    Some(LinkNameSpaceType::User),
+                ) {
+                    eprintln!("berth: error: holder: join the keeper's user namespace: {e}");
+                    sys::exit_now(EXIT_BERTH);
+                }
+            }
+            let share = lease.share();
+            let handed: [&dyn AsFd; 6] =
+                [&users, &key_lock, &devnull, &ready_write, &mntns, &share];
+            for f in handed
+                .iter()
+                .copied()
+                .chain(userns.as_ref().map(|ns| ns as &dyn AsFd))
+            {
+                let _ = rustix::io::fcntl_setfd(f.as_fd(), rustix::io::FdFlags::empty());
+            }
+            let err = std::process::Command::new("/proc/self/exe")
+                .arg0("berth")
+                .arg("__holder")
+                .args(&args)
+                .exec();
+            eprintln!("berth: error: cannot start the shared container's holder: {err}");
+            sys::exit_now(EXIT_BERTH)
+        }
+        Fork::Parent(pid) => {
+            drop(ready_write);
+            if read_ready(ready_read) {
+                Ok(pid)
+            } else {
+                let _ = sys::wait(pid, false);
+                Err(Error::Setup(
+                    "the shared container's holder could not start (the reason is above)".into(),
+                ))
+            }
+        }
+    }
+}
+
+/// `berth __holder USERS KEY_LOCK DEVNULL READY MNTNS USERNS SHARE LINGER_MS`:
+/// a shared container's holder, started by [`start_holder`]. Joins the
+/// container and holds it; the exit code is berth's on a set-up failure.
+pub fn holder_main(args: &[String]) -> i32 {
+    match holder_run(args) {
+        Ok(never) => match never {},
+        Err(e) => {
+            eprintln!("berth: error: shared container holder: {e}");
+            EXIT_BERTH
+        }
+    }
+}
+
+fn holder_run(args: &[String]) -> Result<std::convert::Infallible> {
+    let [users, key_lock, devnull, ready, mntns, userns, share, linger] = args else {
+        return Err(Error::Setup(
+            "usage: berth __holder USERS KEY_LOCK DEVNULL READY MNTNS USERNS SHARE LINGER_MS"
+                .into(),
+        ));
+    };
+    let take = |s: &String| {
+        s.parse()
+            .ok()
+            .and_then(sys::take_inherited_fd)
+            .ok_or_else(|| Error::Setup(format!("no inherited descriptor {s:?}")))
+    };
+    let holding = Hold {
+        users: take(users)?,
+        key_lock: take(key_lock)?,
+        devnull: take(devnull)?,
+        ready: take(ready)?.into(),
+        keeper_share: take(share)?,
+        linger: Duration::from_millis(
+            linger
+                .parse()
+                .map_err(|_| Error::Setup(format!("bad linger {linger:?}")))?,
+        ),
+    };
+    let mntns = take(mntns)?;
+    rustix::thread::move_into_link_name_space(mntns.as_fd(), Some(LinkNameSpaceType::Mount))
+        .map_err(|e| Error::Namespace(format!("join the container's mount namespace: {e}")))?;
+    drop(mntns);
+    if userns != "-" {
+        let ns = take(userns)?;
+        rustix::thread::move_into_link_name_space(ns.as_fd(), Some(LinkNameSpaceType::User))
+            .map_err(|e| Error::Namespace(format!("join the container's user namespace: {e}")))?;
+    }
+    let _ = std::env::set_current_dir("/");
+    hold(holding)
+}
+
 /// The holder's life, in the container it just built: tell the creator it
 /// is ready, then wait until no task uses the container, and leave under
 /// the key's lock (with its record) so that no task joins it on its way
 /// out.
-pub(crate) fn hold(hold: Hold) -> ! {
+fn hold(hold: Hold) -> ! {
     // Its own session: a terminal's Ctrl-C for the creating task does not
     // end the container of the others.
     let _ = rustix::process::setsid();
@@ -412,14 +572,12 @@ pub(crate) fn hold(hold: Hold) -> ! {
         hold.key_lock.as_raw_fd(),
         hold.ready.as_raw_fd(),
         // Its share of the keeper: the image mount stays while it lives.
-        hold.keeper_share,
+        hold.keeper_share.as_raw_fd(),
     ];
     sys::close_inherited(&keep);
-    // The holder needs no capability to wait on locks: it drops those
-    // that joining the container's user namespace gave it, so that a
-    // process of the container that traces it (same user, and the holder
-    // stays dumpable: re-executing berth here would need the image to
-    // carry berth's loader and libraries) finds none.
+    // The holder needs no capability to wait on locks: it drops those it
+    // had to join the container, and turns not dumpable (its memory is
+    // the keeper's namespace's: see `create`).
     let none = rustix::thread::CapabilitySet::empty();
     let _ = rustix::thread::set_capabilities(
         None,
@@ -429,6 +587,7 @@ pub(crate) fn hold(hold: Hold) -> ! {
             inheritable: none,
         },
     );
+    let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
     // Ready: tell the creator, then wait until no task uses the container
     // (and `linger` more), and leave under the key's lock.
     let _ = rustix::io::write(&hold.ready, b"r");

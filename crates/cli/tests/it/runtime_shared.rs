@@ -147,6 +147,15 @@ fn tasks_share_exec_joins_a_crash_hurts_no_one_and_options_must_match() {
             && status.contains("CapPrm:\t0000000000000000"),
         "{status}"
     );
+    // Nor can a task of the container trace it or read its /proc files
+    // (it is not dumpable, and its memory belongs to the keeper's user
+    // namespace, where the container's processes hold no capability).
+    let probe = format!(
+        "cat /proc/{holder}/environ >/dev/null 2>&1 && echo environ || echo refused; \
+         readlink /proc/{holder}/ns/mnt >/dev/null 2>&1 && echo ns || echo refused"
+    );
+    let traced = sb.run(&["exec", "kc", "sh", "-c", &probe]).ok().stdout();
+    assert_eq!(traced, "refused\nrefused\n", "the holder of pid {holder}");
     // Other options for the same key are refused, not silently shared.
     sb.run(&["run", "--shared", "kc", "--writable", &d, "true"])
         .fails(125, "already runs");

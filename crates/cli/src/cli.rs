@@ -75,6 +75,79 @@ pub enum Command {
     Exec(ExecArgs),
     /// List your live shared containers on this node.
     Ps(PsArgs),
+    /// Build an image from a Dockerfile, rootless (RUN steps are root in a user namespace).
+    Build(BuildArgs),
+    /// Give a stored image another name.
+    Tag(TagArgs),
+    /// Write an image that berth built to an oci-archive file.
+    Save(SaveArgs),
+    /// Push an image that berth built to a registry.
+    Push(PushArgs),
+}
+
+/// `berth build`.
+#[derive(Debug, Args)]
+pub struct BuildArgs {
+    /// The build context directory.
+    pub context: std::path::PathBuf,
+    /// The Dockerfile (default: CONTEXT/Dockerfile).
+    #[arg(short = 'f', long = "file")]
+    pub file: Option<std::path::PathBuf>,
+    /// Name the image (NAME[:TAG]; a name without registry lands under localhost/). Repeatable.
+    #[arg(short = 't', long = "tag")]
+    pub tags: Vec<String>,
+    /// Set a build argument (K=V, or K to take the environment's value). Repeatable.
+    #[arg(long = "build-arg", value_name = "K=V")]
+    pub build_args: Vec<String>,
+    /// Build up to this stage.
+    #[arg(long)]
+    pub target: Option<String>,
+    /// Run every step, ignoring the build cache.
+    #[arg(long)]
+    pub no_cache: bool,
+    /// Platform of the base images (os/arch; only this host's can run steps).
+    #[arg(long)]
+    pub platform: Option<String>,
+    /// Print only the image id.
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// TLS options for pulling base images.
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+/// `berth tag`.
+#[derive(Debug, Args)]
+pub struct TagArgs {
+    /// The image (name or id).
+    pub image: String,
+    /// The new name (NAME[:TAG]).
+    pub name: String,
+}
+
+/// `berth save`.
+#[derive(Debug, Args)]
+pub struct SaveArgs {
+    /// The image (name or id).
+    pub image: String,
+    /// The oci-archive file to write.
+    #[arg(short = 'o', long = "output")]
+    pub output: std::path::PathBuf,
+}
+
+/// `berth push`.
+#[derive(Debug, Args)]
+pub struct PushArgs {
+    /// The image (name or id).
+    pub image: String,
+    /// Where to push ([REGISTRY/]NAME[:TAG]; default: the image's name).
+    pub destination: Option<String>,
+    /// TLS options.
+    #[command(flatten)]
+    pub tls: TlsArgs,
+    /// Credentials USER:PASSWORD for this push (else from auth files).
+    #[arg(long, value_name = "USER:PASSWORD")]
+    pub creds: Option<String>,
 }
 
 impl Command {
@@ -83,6 +156,7 @@ impl Command {
         match self {
             Command::Pull(a) => a.quiet,
             Command::Import(a) => a.quiet,
+            Command::Build(a) => a.quiet,
             _ => false,
         }
     }

@@ -16,6 +16,11 @@ fn main() -> ExitCode {
         let code = berth_runtime::keeper_main(&raw[2..]);
         return ExitCode::from(code.clamp(0, 255) as u8);
     }
+    // The build worker, started by `berth build` (in a user namespace).
+    if raw.get(1).map(String::as_str) == Some("__build-worker") {
+        let code = berth_build::worker::main(&raw[2..]);
+        return ExitCode::from(code.clamp(0, 255) as u8);
+    }
     // A shared container's holder, started by `berth run --shared`.
     if raw.get(1).map(String::as_str) == Some("__holder") {
         let code = berth_runtime::shared::holder_main(&raw[2..]);

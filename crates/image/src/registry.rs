@@ -67,6 +67,8 @@ pub struct Registry {
     registry: String,
     options: RegistryOptions,
     authenticated: std::cell::Cell<bool>,
+    /// Whether tokens must carry the push scope (a push is under way).
+    pushing: std::cell::Cell<bool>,
 }
 
 /// Whether an error is worth another try.
@@ -122,6 +124,7 @@ impl Registry {
             registry,
             options,
             authenticated: std::cell::Cell::new(false),
+            pushing: std::cell::Cell::new(false),
         })
     }
 
@@ -149,11 +152,14 @@ impl Registry {
                         reauthed = true;
                         tracing::info!("{what}: 401 Unauthorized; asking for a new token");
                         let oci = r.as_oci().clone();
-                        let _ = self.rt.block_on(self.client.auth(
-                            &oci,
-                            &self.auth,
-                            oci_client::RegistryOperation::Pull,
-                        ));
+                        let operation = if self.pushing.get() {
+                            oci_client::RegistryOperation::Push
+                        } else {
+                            oci_client::RegistryOperation::Pull
+                        };
+                        let _ = self
+                            .rt
+                            .block_on(self.client.auth(&oci, &self.auth, operation));
                         continue;
                     }
                     let (transience, err) = self.classify(what, &e);
@@ -272,6 +278,80 @@ impl Registry {
     /// With credentials on a token registry, asks the token server first:
     /// its refusal ("invalid user name or password") is the message worth
     /// showing, which a later 401 of the registry would hide.
+    /// Authenticates for pushing to `reference`'s repository (a token with
+    /// the push scope; anonymous registries need none).
+    pub fn authenticate_push(&self, reference: &ImageRef) -> Result<()> {
+        self.pushing.set(true);
+        let oci = reference.as_oci().clone();
+        self.with_retries(&reference.to_string(), None, || {
+            self.client
+                .auth(&oci, &self.auth, oci_client::RegistryOperation::Push)
+        })?;
+        self.authenticated.set(true);
+        Ok(())
+    }
+
+    /// Whether the repository of `reference` has the blob `digest`.
+    pub fn has_blob(&self, reference: &ImageRef, digest: &str) -> Result<bool> {
+        let oci = reference.as_oci().clone();
+        self.with_retries(digest, Some(reference), || {
+            self.client.blob_exists(&oci, digest)
+        })
+    }
+
+    /// Uploads the blob in `path` (its digest `digest`), streaming it in
+    /// chunks; a failed upload starts over (registries do not resume one
+    /// upload session across failures).
+    pub fn push_blob_file(
+        &self,
+        reference: &ImageRef,
+        path: &std::path::Path,
+        digest: &str,
+        size: u64,
+    ) -> Result<()> {
+        let oci = reference.as_oci().clone();
+        self.with_retries(digest, Some(reference), || {
+            let file = std::fs::File::open(path);
+            let client = &self.client;
+            let oci = oci.clone();
+            async move {
+                let file = file.map_err(OciDistributionError::IoError)?;
+                let stream = futures_util::stream::unfold(Some(file), |state| async move {
+                    let mut f = state?;
+                    let mut buf = vec![0u8; 4 << 20];
+                    match std::io::Read::read(&mut f, &mut buf) {
+                        Ok(0) => None,
+                        Ok(n) => {
+                            buf.truncate(n);
+                            Some((Ok(bytes::Bytes::from(buf)), Some(f)))
+                        }
+                        Err(e) => Some((Err(OciDistributionError::IoError(e)), None)),
+                    }
+                });
+                client
+                    .push_blob_stream(&oci, stream, digest, Some(size))
+                    .await
+                    .map(|_| ())
+            }
+        })
+    }
+
+    /// Uploads a manifest (by the reference's tag); returns its URL.
+    pub fn push_manifest(
+        &self,
+        reference: &ImageRef,
+        bytes: &[u8],
+        media_type: &str,
+    ) -> Result<String> {
+        let oci = reference.as_oci().clone();
+        let content_type = http::HeaderValue::from_str(media_type)
+            .map_err(|e| Error::BadImage(format!("media type {media_type:?}: {e}")))?;
+        self.with_retries(&reference.to_string(), Some(reference), || {
+            self.client
+                .push_manifest_raw(&oci, bytes.to_vec(), content_type.clone())
+        })
+    }
+
     fn authenticate_once(&self, reference: &ImageRef) -> Result<()> {
         if self.options.credentials.is_none() || self.authenticated.get() {
             return Ok(());

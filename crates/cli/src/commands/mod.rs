@@ -1,10 +1,12 @@
 //! One module per command: each builds options and makes one library call.
 
+mod build;
 mod images;
 mod import;
 mod login;
 mod modules;
 mod pull;
+mod push;
 mod run;
 mod shared;
 
@@ -41,6 +43,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Modules(a) => modules::list(&ctx, a),
         Command::Exec(a) => shared::exec(a),
         Command::Ps(a) => shared::ps(a),
+        Command::Build(a) => build::build(&ctx, a),
+        Command::Tag(a) => build::tag(&ctx, a),
+        Command::Save(a) => build::save(&ctx, a),
+        Command::Push(a) => push::push(&ctx, a),
     }
 }
 

@@ -3,6 +3,7 @@
 //! against real registries and images made by `tests/setup/setup.sh`.
 
 mod harness;
+mod image_build;
 mod tree;
 
 mod host_hooks;

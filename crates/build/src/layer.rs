@@ -1,0 +1,327 @@
+//! Layers from a build step: a snapshot of the root before the step, a
+//! walk after it, and a gzip tar of what changed (new or changed entries,
+//! with their parents, and `.wh.` whiteouts for what went), written into
+//! the blob store with its digest and diff_id. Runs inside the build's user
+//! namespace, so owners read are the image's own ids. And the reverse:
+//! applying a layer blob to a root (for steps taken from the cache).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+use crate::blobs::{BlobRef, Blobs};
+use crate::context::{hex, walk};
+use crate::{Error, Result};
+
+/// What identifies an entry's state: a change of content, owner, mode or
+/// links changes its ctime; a replaced entry has another inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct State {
+    ino: u64,
+    ctime: i64,
+    ctime_nsec: i64,
+    mode: u32,
+}
+
+/// The state of every entry under a root.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    entries: BTreeMap<String, State>,
+}
+
+impl Snapshot {
+    /// Walks `root`.
+    pub fn take(root: &Path) -> Result<Self> {
+        let mut entries = BTreeMap::new();
+        walk(root, "", &mut |rel, m| {
+            entries.insert(
+                rel.to_string(),
+                State {
+                    ino: m.ino(),
+                    ctime: m.ctime(),
+                    ctime_nsec: m.ctime_nsec(),
+                    mode: m.mode(),
+                },
+            );
+        })?;
+        Ok(Self { entries })
+    }
+}
+
+/// A hashing, counting writer.
+struct Hashing<W: Write> {
+    inner: W,
+    hash: Sha256,
+    count: u64,
+}
+
+impl<W: Write> Write for Hashing<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hash.update(&buf[..n]);
+        self.count += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Writes the changes of `root` since `before` as a layer blob; `None` if
+/// nothing changed.
+pub fn diff(root: &Path, before: &Snapshot, blobs: &Blobs) -> Result<Option<BlobRef>> {
+    let after = Snapshot::take(root)?;
+    let mut changed: BTreeSet<String> = BTreeSet::new();
+    for (rel, st) in &after.entries {
+        if before.entries.get(rel) != Some(st) {
+            changed.insert(rel.clone());
+        }
+    }
+    // Entries that went: only the top-most of a removed tree.
+    let mut removed: Vec<String> = Vec::new();
+    for rel in before.entries.keys() {
+        if after.entries.contains_key(rel) {
+            continue;
+        }
+        if removed
+            .last()
+            .is_some_and(|r| rel.starts_with(&format!("{r}/")))
+        {
+            continue;
+        }
+        removed.push(rel.clone());
+    }
+    // A directory whose only change is that an entry was added or removed
+    // still goes in (its new mtime), and every changed entry's parents.
+    let mut with_parents = changed.clone();
+    for rel in changed.iter().chain(removed.iter()) {
+        let mut p = Path::new(rel).parent();
+        while let Some(dir) = p.filter(|d| !d.as_os_str().is_empty()) {
+            with_parents.insert(dir.to_string_lossy().to_string());
+            p = dir.parent();
+        }
+    }
+    if with_parents.is_empty() && removed.is_empty() {
+        return Ok(None);
+    }
+    let mut names: Vec<(String, bool)> = with_parents.into_iter().map(|n| (n, false)).collect();
+    for r in &removed {
+        let p = Path::new(r);
+        let wh = match p.parent().filter(|d| !d.as_os_str().is_empty()) {
+            Some(dir) => format!("{}/.wh.{}", dir.display(), name_of(p)),
+            None => format!(".wh.{}", name_of(p)),
+        };
+        names.push((wh, true));
+    }
+    names.sort();
+    let blob = blobs.writer()?;
+    let hashing = Hashing {
+        inner: flate2::write::GzEncoder::new(blob, flate2::Compression::fast()),
+        hash: Sha256::new(),
+        count: 0,
+    };
+    let mut tar = tar::Builder::new(hashing);
+    tar.mode(tar::HeaderMode::Complete);
+    tar.follow_symlinks(false);
+    let mut links: HashMap<u64, String> = HashMap::new();
+    for (rel, whiteout) in &names {
+        if *whiteout {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(tar::EntryType::Regular);
+            h.set_size(0);
+            h.set_mode(0o644);
+            h.set_mtime(0);
+            tar.append_data(&mut h, rel, io::empty())
+                .map_err(|e| Error::io("write a layer entry", rel, e))?;
+            continue;
+        }
+        append(&mut tar, root, rel, &mut links)?;
+    }
+    let hashing = tar
+        .into_inner()
+        .map_err(|e| Error::io("finish the layer", root, e))?;
+    let diff_id = format!("sha256:{}", hex(&hashing.hash.finalize()));
+    let gz = hashing
+        .inner
+        .finish()
+        .map_err(|e| Error::io("compress the layer", root, e))?;
+    Ok(Some(blobs.commit(gz, diff_id)?))
+}
+
+fn name_of(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default()
+}
+
+fn append<W: Write>(
+    tar: &mut tar::Builder<W>,
+    root: &Path,
+    rel: &str,
+    links: &mut HashMap<u64, String>,
+) -> Result<()> {
+    let path = root.join(rel);
+    let meta = fs::symlink_metadata(&path).map_err(|e| Error::io("inspect", &path, e))?;
+    let ft = meta.file_type();
+    let mut h = tar::Header::new_gnu();
+    h.set_mode(meta.mode() & 0o7777);
+    h.set_uid(meta.uid() as u64);
+    h.set_gid(meta.gid() as u64);
+    h.set_mtime(meta.mtime().max(0) as u64);
+    h.set_size(0);
+    let err = |e| Error::io("write a layer entry", &path, e);
+    if ft.is_dir() {
+        h.set_entry_type(tar::EntryType::Directory);
+        tar.append_data(&mut h, rel, io::empty()).map_err(err)?;
+    } else if ft.is_symlink() {
+        let target = fs::read_link(&path).map_err(|e| Error::io("read", &path, e))?;
+        h.set_entry_type(tar::EntryType::Symlink);
+        tar.append_link(&mut h, rel, &target).map_err(err)?;
+    } else if ft.is_file() {
+        if meta.nlink() > 1 {
+            if let Some(first) = links.get(&meta.ino()) {
+                h.set_entry_type(tar::EntryType::Link);
+                tar.append_link(&mut h, rel, first).map_err(err)?;
+                return Ok(());
+            }
+            links.insert(meta.ino(), rel.to_string());
+        }
+        h.set_entry_type(tar::EntryType::Regular);
+        h.set_size(meta.len());
+        let f = fs::File::open(&path).map_err(|e| Error::io("read", &path, e))?;
+        tar.append_data(&mut h, rel, f.take(meta.len()))
+            .map_err(err)?;
+    } else if ft.is_fifo() {
+        h.set_entry_type(tar::EntryType::Fifo);
+        tar.append_data(&mut h, rel, io::empty()).map_err(err)?;
+    }
+    // Device nodes cannot be made in a user namespace, sockets are not
+    // content: neither goes into a layer.
+    Ok(())
+}
+
+/// Applies the layer blob `blob` to `root`: whiteouts remove, opaque
+/// markers empty a directory, entries are unpacked with their owners.
+pub fn apply(root: &Path, blob: &Path) -> Result<()> {
+    let f = fs::File::open(blob).map_err(|e| Error::io("open", blob, e))?;
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(f));
+    archive.set_preserve_permissions(true);
+    archive.set_preserve_ownerships(true);
+    archive.set_preserve_mtime(true);
+    archive.set_overwrite(true);
+    archive.set_unpack_xattrs(false);
+    for entry in archive
+        .entries()
+        .map_err(|e| Error::io("read the layer", blob, e))?
+    {
+        let mut entry = entry.map_err(|e| Error::io("read the layer", blob, e))?;
+        let rel = entry
+            .path()
+            .map_err(|e| Error::io("read the layer", blob, e))?
+            .to_path_buf();
+        let clean = crate::context::clean(&rel.to_string_lossy());
+        let p = Path::new(&clean);
+        let name = name_of(p);
+        let parent = root.join(p.parent().unwrap_or(Path::new("")));
+        if name == ".wh..wh..opq" {
+            if let Ok(dir) = fs::read_dir(&parent) {
+                for e in dir.flatten() {
+                    remove(&e.path());
+                }
+            }
+            continue;
+        }
+        if let Some(gone) = name.strip_prefix(".wh.") {
+            remove(&parent.join(gone));
+            continue;
+        }
+        let target = root.join(&clean);
+        let is_dir = entry.header().entry_type().is_dir();
+        if let Ok(m) = fs::symlink_metadata(&target) {
+            if !(is_dir && m.is_dir()) {
+                remove(&target);
+            }
+        }
+        entry
+            .unpack_in(root)
+            .map_err(|e| Error::io("unpack a layer entry", &target, e))?;
+    }
+    Ok(())
+}
+
+fn remove(p: &Path) {
+    match fs::symlink_metadata(p) {
+        Ok(m) if m.is_dir() => {
+            let _ = fs::remove_dir_all(p);
+        }
+        Ok(_) => {
+            let _ = fs::remove_file(p);
+        }
+        Err(_) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entries(blob: &Path) -> Vec<String> {
+        let f = fs::File::open(blob).unwrap();
+        let mut a = tar::Archive::new(flate2::read::GzDecoder::new(f));
+        a.entries()
+            .unwrap()
+            .map(|e| e.unwrap().path().unwrap().to_string_lossy().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn a_diff_has_changes_parents_and_whiteouts_and_applies_back() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        let blobs = Blobs::new(&t.path().join("blobs")).unwrap();
+        fs::create_dir_all(root.join("etc/sub")).unwrap();
+        fs::create_dir_all(root.join("gone/deep")).unwrap();
+        fs::write(root.join("etc/keep"), "k").unwrap();
+        fs::write(root.join("etc/old"), "o").unwrap();
+        fs::write(root.join("gone/deep/x"), "x").unwrap();
+        let before = Snapshot::take(&root).unwrap();
+        assert!(diff(&root, &before, &blobs).unwrap().is_none());
+        fs::write(root.join("etc/sub/new"), "n").unwrap();
+        fs::hard_link(root.join("etc/sub/new"), root.join("etc/sub/link")).unwrap();
+        fs::remove_file(root.join("etc/old")).unwrap();
+        fs::remove_dir_all(root.join("gone")).unwrap();
+        std::os::unix::fs::symlink("/etc/keep", root.join("ln")).unwrap();
+        let layer = diff(&root, &before, &blobs).unwrap().unwrap();
+        let names = entries(&blobs.path(&layer.digest));
+        assert_eq!(
+            names,
+            vec![
+                ".wh.gone",
+                "etc",
+                "etc/.wh.old",
+                "etc/sub",
+                "etc/sub/link",
+                "etc/sub/new",
+                "ln"
+            ]
+        );
+        assert!(!names.contains(&"etc/keep".to_string()));
+        // Applied to the old tree, the layer gives the new one.
+        let other = t.path().join("other");
+        fs::create_dir_all(other.join("etc/sub")).unwrap();
+        fs::create_dir_all(other.join("gone/deep")).unwrap();
+        fs::write(other.join("etc/keep"), "k").unwrap();
+        fs::write(other.join("etc/old"), "o").unwrap();
+        apply(&other, &blobs.path(&layer.digest)).unwrap();
+        assert!(!other.join("gone").exists() && !other.join("etc/old").exists());
+        assert_eq!(fs::read_to_string(other.join("etc/sub/link")).unwrap(), "n");
+        assert_eq!(
+            fs::read_link(other.join("ln")).unwrap(),
+            Path::new("/etc/keep")
+        );
+    }
+}

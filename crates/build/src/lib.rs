@@ -1,0 +1,87 @@
+//! berth's rootless image builder (`berth build`).
+//!
+//! - [`dockerfile`]: Dockerfile to stages and steps (the `parse-dockerfile`
+//!   crate tokenizes; word splitting and variable substitution are here).
+//! - [`context`]: `.dockerignore`, COPY source globs, the sources' hash.
+//! - [`builder`]: the driver outside the user namespace: stages, config,
+//!   cache keys, the plan, the final config and manifest.
+//! - [`plan`]: what the driver hands the worker.
+//! - [`worker`]: `berth __build-worker`, in a user namespace where the user
+//!   is root: stage roots, RUN, COPY/ADD, layers.
+//! - [`layer`]: a step's changes as a layer blob, and applying one.
+//! - [`blobs`]: the store's blob directory.
+
+pub mod blobs;
+pub mod builder;
+pub mod context;
+pub mod dockerfile;
+pub mod layer;
+pub mod plan;
+pub mod worker;
+
+use std::path::PathBuf;
+
+/// A build error. Messages name the Dockerfile line where there is one.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The Dockerfile is malformed or uses something not supported.
+    #[error("Dockerfile line {line}: {msg}")]
+    Dockerfile {
+        /// 1-based line.
+        line: usize,
+        /// What is wrong.
+        msg: String,
+    },
+    /// A step could not be carried out.
+    #[error("Dockerfile line {line}: {msg}")]
+    Step {
+        /// 1-based line.
+        line: usize,
+        /// What went wrong.
+        msg: String,
+    },
+    /// A RUN step exited non-zero (the worker printed which).
+    #[error("Dockerfile line {line}: the command failed with exit code {code}")]
+    StepFailed {
+        /// 1-based line.
+        line: usize,
+        /// Its exit code.
+        code: i32,
+    },
+    /// The worker failed (it printed why).
+    #[error("the build failed (the reason is above; worker exit code {0})")]
+    WorkerFailed(i32),
+    /// A COPY source problem.
+    #[error("{0}")]
+    Source(String),
+    /// Bad options.
+    #[error("{0}")]
+    Usage(String),
+    /// Anything else in the build's set-up.
+    #[error("{0}")]
+    Plan(String),
+    /// A file operation failed.
+    #[error("cannot {what} {path}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// On which path.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// An I/O error on `path`.
+    pub fn io(what: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            what,
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,330 @@
+//! `berth build`, `berth tag`, `berth save`.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{anyhow, Context as _, Result};
+use berth_build::blobs::{BlobRef, Blobs, LAYER_MEDIA_TYPE};
+use berth_build::builder::{self, BaseImage, Request, StorePaths};
+use berth_image::pipeline::{
+    convert, parse_config, ConvertOptions, LayerDesc, LayerSource, ResolvedImage,
+};
+use berth_image::reference::ImageRef;
+use berth_image::store::{Store, StoredImage};
+
+use super::Context;
+use crate::cli::{BuildArgs, SaveArgs, TagArgs};
+use crate::progress::Reporter;
+
+/// Exit code of a build whose RUN step failed or whose Dockerfile is bad.
+pub const EXIT_BUILD: u8 = 2;
+
+/// The store's blob directory (built images keep their layers there).
+pub fn blobs_of(store: &Store) -> Result<Blobs> {
+    Ok(Blobs::new(&store.root().join("blobs"))?)
+}
+
+/// Layer blobs from the store's blob directory.
+struct StoredBlobs(Blobs);
+
+impl LayerSource for StoredBlobs {
+    fn open_layer(&self, layer: &LayerDesc) -> berth_image::Result<Box<dyn Read + Send + '_>> {
+        let path = self.0.path(&layer.digest);
+        let f =
+            std::fs::File::open(&path).map_err(|e| berth_image::Error::store("open", path, e))?;
+        Ok(Box::new(f))
+    }
+}
+
+/// Runs `berth build`.
+pub fn build(ctx: &Context, args: BuildArgs) -> Result<ExitCode> {
+    let config = ctx.config()?;
+    let store = ctx.store(&config)?;
+    let context = args
+        .context
+        .canonicalize()
+        .with_context(|| format!("build context {}", args.context.display()))?;
+    let file = args
+        .file
+        .clone()
+        .unwrap_or_else(|| context.join("Dockerfile"));
+    let dockerfile = std::fs::read_to_string(&file).with_context(|| {
+        format!(
+            "cannot read the Dockerfile {} (give another with -f FILE)",
+            file.display()
+        )
+    })?;
+    let mut build_args = BTreeMap::new();
+    for a in &args.build_args {
+        match a.split_once('=') {
+            Some((k, v)) => build_args.insert(k.to_string(), v.to_string()),
+            None => build_args.insert(a.clone(), std::env::var(a).unwrap_or_default()),
+        };
+    }
+    let names = args
+        .tags
+        .iter()
+        .map(|t| Ok(ImageRef::parse_local_name(t)?.store_name()))
+        .collect::<Result<Vec<_>>>()?;
+    let work = store.work_dir()?;
+    let paths = StorePaths {
+        blobs: store.root().join("blobs"),
+        cache: store.root().join("build-cache"),
+        work: work.path().join("build"),
+    };
+    let blobs = blobs_of(&store)?;
+    let tls = args.tls.tls_verify;
+    let platform = match &args.platform {
+        Some(p) => berth_image::platform::Platform::parse(p)?,
+        None => berth_image::platform::Platform::host(),
+    };
+    let base = |name: &str, line: usize| -> berth_build::Result<BaseImage> {
+        base_image(&config, &store, &blobs, name, &platform, tls).map_err(|e| {
+            berth_build::Error::Step {
+                line,
+                msg: format!("FROM {name}: {e:#}"),
+            }
+        })
+    };
+    let exe = std::env::current_exe()?;
+    let worker = |plan: &Path| -> berth_build::Result<i32> {
+        let st = std::process::Command::new(&exe)
+            .arg("__build-worker")
+            .arg(plan)
+            .status()
+            .map_err(|e| berth_build::Error::io("start the build worker", &exe, e))?;
+        Ok(st.code().unwrap_or(125))
+    };
+    let req = Request {
+        dockerfile,
+        context: context.clone(),
+        build_args,
+        target: args.target.clone(),
+        no_cache: args.no_cache,
+    };
+    let t0 = std::time::Instant::now();
+    let built = match builder::build(&req, &paths, &base, &worker) {
+        Ok(b) => b,
+        Err(e @ (berth_build::Error::Dockerfile { .. } | berth_build::Error::Step { .. })) => {
+            eprintln!("berth: error: {}: {e}", file.display());
+            return Ok(ExitCode::from(EXIT_BUILD));
+        }
+        Err(berth_build::Error::WorkerFailed(code)) => {
+            // The worker said which step and why.
+            return Ok(ExitCode::from(
+                if code == berth_build::worker::EXIT_STEP_FAILED {
+                    EXIT_BUILD
+                } else {
+                    125
+                },
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    drop(work);
+    let resolved = ResolvedImage {
+        manifest_digest: Some(built.manifest_digest.clone()),
+        config: parse_config(&built.config, "the built image")?,
+        config_bytes: built.config.clone(),
+        layers: built
+            .layers
+            .iter()
+            .map(|l| LayerDesc {
+                digest: l.digest.clone(),
+                size: l.size,
+                media_type: LAYER_MEDIA_TYPE.to_string(),
+            })
+            .collect(),
+        source: format!("build:{}", context.display()),
+    };
+    let reporter = Reporter::new(true, "build");
+    let opts = ConvertOptions {
+        squashfs: &config.squashfs,
+        jobs: super::jobs(),
+        names,
+        progress: &reporter,
+    };
+    let image = convert(&store, &resolved, &StoredBlobs(blobs), &opts)?;
+    if !args.quiet {
+        eprintln!(
+            "berth: built {} in {:.1} s ({} steps run, {} from the cache, {} layers)",
+            image
+                .names
+                .first()
+                .map(String::as_str)
+                .unwrap_or("the image"),
+            t0.elapsed().as_secs_f64(),
+            built.ran,
+            built.cached,
+            built.layers.len()
+        );
+    }
+    println!("{}", image.record.id);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A FROM image: from the store, else pulled when it names a registry.
+fn base_image(
+    config: &berth_config::Config,
+    store: &Store,
+    blobs: &Blobs,
+    name: &str,
+    platform: &berth_image::platform::Platform,
+    tls: bool,
+) -> Result<BaseImage> {
+    let img = match store.find(name) {
+        Ok(img) => img,
+        Err(berth_image::Error::ImageNotInStore(_)) => {
+            let reference = ImageRef::parse(name)?;
+            super::pull::pull_into(config, store, &reference, platform, tls, None, false)?
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let cfg: serde_json::Value = serde_json::from_slice(&std::fs::read(img.config_path())?)?;
+    let layers = img
+        .record
+        .layers
+        .iter()
+        .map(|l| {
+            blobs.has(&l.digest).then(|| BlobRef {
+                digest: l.digest.clone(),
+                diff_id: l.diff_id.clone(),
+                size: l.size,
+            })
+        })
+        .collect::<Option<Vec<_>>>();
+    Ok(BaseImage {
+        id: img.record.id.clone(),
+        squashfs: img.squashfs_path(),
+        config: cfg,
+        layers,
+    })
+}
+
+/// Runs `berth tag`.
+pub fn tag(ctx: &Context, args: TagArgs) -> Result<ExitCode> {
+    let config = ctx.config()?;
+    let store = ctx.store(&config)?;
+    let img = store.find(&args.image)?;
+    let name = ImageRef::parse_local_name(&args.name)?.store_name();
+    store.set_name(&name, &img.record.id)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The manifest of an image berth built (its blobs are in the store).
+pub fn local_manifest(
+    store: &Store,
+    img: &StoredImage,
+) -> Result<(Blobs, Vec<u8>, serde_json::Value)> {
+    let blobs = blobs_of(store)?;
+    let digest = img
+        .record
+        .manifest_digest
+        .as_deref()
+        .filter(|d| blobs.has(d))
+        .ok_or_else(|| {
+            anyhow!(
+                "{} keeps only its squashfs file (berth does not keep the layers of pulled or imported images): \
+                 push or save images that berth built, or copy this one from its source with skopeo",
+                img.names.first().cloned().unwrap_or_else(|| img.record.id.clone())
+            )
+        })?;
+    let bytes = std::fs::read(blobs.path(digest))?;
+    let manifest: serde_json::Value = serde_json::from_slice(&bytes)?;
+    for d in manifest_blobs(&manifest) {
+        if !blobs.has(&d) {
+            return Err(anyhow!(
+                "blob {d} of {} is missing from the store",
+                img.record.id
+            ));
+        }
+    }
+    Ok((blobs, bytes, manifest))
+}
+
+/// The config and layer digests a manifest names.
+pub fn manifest_blobs(manifest: &serde_json::Value) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(d) = manifest["config"]["digest"].as_str() {
+        out.push(d.to_string());
+    }
+    if let Some(layers) = manifest["layers"].as_array() {
+        out.extend(
+            layers
+                .iter()
+                .filter_map(|l| l["digest"].as_str().map(str::to_string)),
+        );
+    }
+    out
+}
+
+/// Runs `berth save`: an oci-archive (OCI layout in a tar) with the image's
+/// manifest, config and layers, its name as the reference.
+pub fn save(ctx: &Context, args: SaveArgs) -> Result<ExitCode> {
+    let config = ctx.config()?;
+    let store = ctx.store(&config)?;
+    let img = store.find(&args.image)?;
+    let (blobs, manifest_bytes, manifest) = local_manifest(&store, &img)?;
+    let digest = img.record.manifest_digest.clone().unwrap_or_default();
+    let tmp = tmp_beside(&args.output);
+    let file =
+        std::fs::File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
+    let mut tar = tar::Builder::new(std::io::BufWriter::new(file));
+    let mut add = |name: &str, bytes: &[u8]| -> Result<()> {
+        let mut h = tar::Header::new_ustar();
+        h.set_size(bytes.len() as u64);
+        h.set_mode(0o644);
+        h.set_mtime(0);
+        tar.append_data(&mut h, name, bytes)?;
+        Ok(())
+    };
+    add("oci-layout", br#"{"imageLayoutVersion":"1.0.0"}"#)?;
+    let mut annotations = serde_json::Map::new();
+    if let Some(name) = img.names.first() {
+        let tag = name.rsplit_once(':').map(|(_, t)| t).unwrap_or("latest");
+        annotations.insert("org.opencontainers.image.ref.name".into(), tag.into());
+        annotations.insert("io.containerd.image.name".into(), name.clone().into());
+    }
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [{
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": digest,
+            "size": manifest_bytes.len(),
+            "annotations": annotations,
+        }],
+    });
+    add("index.json", &serde_json::to_vec(&index)?)?;
+    add(
+        &format!("blobs/sha256/{}", digest.trim_start_matches("sha256:")),
+        &manifest_bytes,
+    )?;
+    for d in manifest_blobs(&manifest) {
+        let path = blobs.path(&d);
+        let f = std::fs::File::open(&path)?;
+        let mut h = tar::Header::new_ustar();
+        h.set_size(f.metadata()?.len());
+        h.set_mode(0o644);
+        h.set_mtime(0);
+        tar.append_data(
+            &mut h,
+            format!("blobs/sha256/{}", d.trim_start_matches("sha256:")),
+            f,
+        )?;
+    }
+    tar.into_inner()?
+        .into_inner()
+        .map_err(|e| e.into_error())?
+        .sync_all()?;
+    std::fs::rename(&tmp, &args.output)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn tmp_beside(p: &Path) -> PathBuf {
+    let mut name = p.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(format!(".tmp{}", std::process::id()));
+    p.with_file_name(name)
+}

@@ -1,0 +1,59 @@
+//! `berth push`: an image berth built (its manifest, config and layers are
+//! in the store's blob directory) to a registry. Blobs the repository has
+//! are not sent again; the manifest goes last, by tag.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use berth_image::reference::ImageRef;
+use berth_image::registry::Registry;
+
+use super::build::{local_manifest, manifest_blobs};
+use super::Context;
+use crate::cli::PushArgs;
+
+/// Runs `berth push`.
+pub fn push(ctx: &Context, args: PushArgs) -> Result<ExitCode> {
+    let config = ctx.config()?;
+    let store = ctx.store(&config)?;
+    let img = store.find(&args.image)?;
+    let (blobs, manifest_bytes, manifest) = local_manifest(&store, &img)?;
+    let dest = args
+        .destination
+        .clone()
+        .or_else(|| img.names.first().cloned())
+        .unwrap_or_else(|| args.image.clone());
+    let reference = ImageRef::parse(&dest)?;
+    let options = super::pull::registry_options(
+        &reference,
+        args.tls.tls_verify,
+        args.creds.as_deref(),
+        &config,
+    )?;
+    let registry = Registry::new(&reference, options)?;
+    registry.authenticate_push(&reference)?;
+    let t0 = std::time::Instant::now();
+    let (mut sent, mut skipped, mut bytes) = (0, 0, 0u64);
+    for digest in manifest_blobs(&manifest) {
+        let path = blobs.path(&digest);
+        let size = std::fs::metadata(&path)?.len();
+        if registry.has_blob(&reference, &digest)? {
+            skipped += 1;
+            continue;
+        }
+        registry.push_blob_file(&reference, &path, &digest, size)?;
+        sent += 1;
+        bytes += size;
+    }
+    let media_type = manifest["mediaType"]
+        .as_str()
+        .unwrap_or("application/vnd.oci.image.manifest.v1+json");
+    registry.push_manifest(&reference, &manifest_bytes, media_type)?;
+    eprintln!(
+        "berth: pushed {reference} in {:.1} s: {sent} blobs sent ({:.1} MB), {skipped} already there",
+        t0.elapsed().as_secs_f64(),
+        bytes as f64 / 1e6
+    );
+    println!("{}", img.record.manifest_digest.clone().unwrap_or_default());
+    Ok(ExitCode::SUCCESS)
+}

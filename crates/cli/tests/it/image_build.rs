@@ -1,0 +1,175 @@
+//! `berth build`, `push`, `save`, `tag`: a rootless two-stage build with
+//! apt-get, `--chown` and the config instructions; the image runs with
+//! berth, is pushed to the test registry and comes back identical through
+//! skopeo, podman and `berth import`; a second build is all cache hits; a
+//! failing step names its line and leaves nothing behind.
+
+use std::fs;
+
+use crate::harness::Sandbox;
+use crate::need_env;
+
+const DOCKERFILE: &str = r#"ARG BASE
+FROM $BASE AS build
+ENV GREETING="hello from" WHO=berth
+RUN apt-get update -qq && apt-get install -y -qq hello >/dev/null && hello -g "apt works"
+RUN useradd -u 1234 -m app
+COPY --chown=app:app app/ /srv/app/
+WORKDIR /srv/app
+RUN echo "$GREETING $WHO" > greeting.txt && stat -c '%u:%g %n' main.py > owners.txt
+
+FROM build
+LABEL org.example.kind=test
+EXPOSE 8080
+ENTRYPOINT ["/bin/sh", "-c"]
+CMD ["cat greeting.txt owners.txt; hello; ls"]
+"#;
+
+fn context(sb: &Sandbox, dockerfile: &str) -> String {
+    let ctx = sb.dir.path().join("ctx");
+    fs::create_dir_all(ctx.join("app")).unwrap();
+    fs::write(ctx.join("Dockerfile"), dockerfile).unwrap();
+    fs::write(ctx.join("app/main.py"), "print('hi')\n").unwrap();
+    fs::write(ctx.join("app/secret.key"), "no\n").unwrap();
+    fs::write(ctx.join(".dockerignore"), "app/*.key\n").unwrap();
+    sb.chown_to_user(&ctx);
+    ctx.to_string_lossy().to_string()
+}
+
+#[test]
+fn build_run_cache_push_and_pull_back() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let base = format!("BASE={}/berth-test/debian-python:latest", env.anon());
+    let ctx = context(&sb, DOCKERFILE);
+    let build = |extra: &[&str]| {
+        let mut a = vec![
+            "build",
+            "--tls-verify=false",
+            "--build-arg",
+            &base,
+            "-t",
+            "demo:1",
+        ];
+        a.extend_from_slice(extra);
+        a.push(&ctx);
+        sb.run(&a).ok()
+    };
+    let first = build(&[]);
+    assert!(first.stderr().contains("apt works"), "{}", first.stderr());
+    let id = first.stdout().trim().to_string();
+    assert!(id.starts_with("sha256:"), "{id}");
+    // It runs at once, with Docker's semantics and the owners of the build.
+    let out = sb.run(&["run", "demo:1"]).ok().stdout();
+    assert!(
+        out.starts_with("hello from berth\n1234:1234 main.py\nHello, world!\n"),
+        "{out}"
+    );
+    assert!(!out.contains("secret.key"), ".dockerignore: {out}");
+    // A second build takes every step from the cache: the same image.
+    let again = build(&[]);
+    assert!(
+        again
+            .stderr()
+            .contains("all 5 steps are in the build cache"),
+        "{}",
+        again.stderr()
+    );
+    assert_eq!(again.stdout().trim(), id);
+
+    // Push; a second push sends nothing.
+    let dest = format!("{}/berth-test/built-{}:1", env.anon(), std::process::id());
+    let pushed = sb
+        .run(&["push", "--tls-verify=false", "demo:1", &dest])
+        .ok();
+    assert!(
+        pushed.stderr().contains("6 blobs sent"),
+        "{}",
+        pushed.stderr()
+    );
+    let again = sb
+        .run(&["push", "--tls-verify=false", "demo:1", &dest])
+        .ok();
+    assert!(
+        again.stderr().contains("0 blobs sent"),
+        "{}",
+        again.stderr()
+    );
+    // skopeo reads it as a registry image.
+    let inspect = std::process::Command::new("skopeo")
+        .args(["inspect", "--tls-verify=false", &format!("docker://{dest}")])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&inspect.stdout);
+    assert!(
+        inspect.status.success() && text.contains("org.example.kind"),
+        "{text}"
+    );
+    // podman pulls and runs it with the same result.
+    if let Some(p) = sb.podman(&["run", "--rm", "--tls-verify=false", &dest]) {
+        assert_eq!(p.ok().stdout(), out, "podman and berth differ");
+    }
+    // berth pulls it back: the same config, so the same image id.
+    let other = Sandbox::new(env);
+    let back = other.run(&["pull", "-q", "--tls-verify=false", &dest]).ok();
+    assert_eq!(back.stdout().trim(), id);
+
+    // save writes an oci-archive that imports as the same image.
+    let archive = sb.dir.path().join("demo.tar");
+    sb.run(&["save", "demo:1", "-o", &archive.to_string_lossy()])
+        .ok();
+    let third = Sandbox::new(env);
+    let imported = third
+        .run(&[
+            "import",
+            "-q",
+            &format!("oci-archive:{}", archive.display()),
+            "demo",
+        ])
+        .ok();
+    assert_eq!(imported.stdout().trim(), id);
+    // tag names it again.
+    sb.run(&["tag", "demo:1", "other:2"]).ok();
+    assert_eq!(
+        sb.run(&["inspect", "other:2"]).ok().json()["id"],
+        id.as_str()
+    );
+}
+
+#[test]
+fn a_failing_step_names_its_line_and_leaves_nothing() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let base = format!("{}/berth-test/layers:latest", env.anon());
+    let ctx = context(
+        &sb,
+        &format!("FROM {base}\nRUN echo one > /tmp/one\nRUN exit 7\n"),
+    );
+    let out = sb.run(&["build", "--tls-verify=false", "-t", "broken", &ctx]);
+    assert_eq!(out.code(), 2, "{}", out.stderr());
+    assert!(
+        out.stderr().contains("line 3") && out.stderr().contains("exit code 7"),
+        "{}",
+        out.stderr()
+    );
+    // The base is stored; nothing else, and no leftovers.
+    assert_eq!(sb.run(&["images", "-q"]).ok().stdout().lines().count(), 1);
+    assert!(sb.run(&["inspect", "broken"]).code() != 0);
+    assert_eq!(sb.store_entries("tmp"), Vec::<String>::new());
+    // A Dockerfile error names its line, before anything runs.
+    let ctx2 = sb.dir.path().join("ctx2");
+    fs::create_dir_all(&ctx2).unwrap();
+    fs::write(
+        ctx2.join("Dockerfile"),
+        format!("FROM {base}\nONBUILD RUN true\n"),
+    )
+    .unwrap();
+    sb.chown_to_user(&ctx2);
+    let out = sb.run(&["build", &ctx2.to_string_lossy()]);
+    assert_eq!(out.code(), 2, "{}", out.stderr());
+    assert!(
+        out.stderr().contains("line 2") && out.stderr().contains("ONBUILD"),
+        "{}",
+        out.stderr()
+    );
+}

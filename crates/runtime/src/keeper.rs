@@ -792,6 +792,13 @@ fn mount_fuse(
     // keeper's mount namespace and would otherwise keep it (and itself) alive.
     sys::kill_with_parent(&mut cmd, rustix::process::Signal::TERM);
     sys::exec_without_root_powers(&mut cmd);
+    // With a subordinate id range, the server runs as an id of its own:
+    // the user's containers (the user's id) can then neither trace it nor
+    // signal it.
+    if let Some(id) = spare_id() {
+        use std::os::unix::process::CommandExt;
+        cmd.uid(id).gid(id);
+    }
     let child = cmd
         .arg("-f")
         .arg(format!("/dev/fd/{}", image_file.as_raw_fd()))
@@ -809,6 +816,31 @@ fn mount_fuse(
     // hanging every request.
     drop(fuse);
     Ok(child)
+}
+
+/// The highest id mapped in both this user namespace's uid and gid maps,
+/// when they map more than root (a subordinate range); `None` in the
+/// initial namespace or with a single-id map.
+fn spare_id() -> Option<u32> {
+    let top = |file: &str| -> Option<u32> {
+        let text = fs::read_to_string(file).ok()?;
+        let mut top = None;
+        for line in text.lines() {
+            let f: Vec<u64> = line
+                .split_whitespace()
+                .filter_map(|n| n.parse().ok())
+                .collect();
+            let [inside, _, count] = f.as_slice() else {
+                return None;
+            };
+            if *count >= u64::from(u32::MAX) {
+                return None;
+            }
+            top = top.max(Some(inside + count - 1));
+        }
+        top.and_then(|t| u32::try_from(t).ok()).filter(|t| *t > 0)
+    };
+    Some(top("/proc/self/uid_map")?.min(top("/proc/self/gid_map")?))
 }
 
 fn squashfuse_path() -> PathBuf {

@@ -204,7 +204,27 @@ fn berths_helpers_cannot_be_traced_from_a_container() {
         .filter_map(|e| fs::read_to_string(e.path().join("status")).ok())
         .find(|st| st.starts_with("Name:\tsquashfuse") && st.contains(&ppid));
     let status = server.expect("the keeper's squashfs server");
-    {
-        assert!(status.contains("CapEff:\t0000000000000000"), "{status}");
+    assert!(status.contains("CapEff:\t0000000000000000"), "{status}");
+    // With the test user's subordinate range it runs as an id of its own,
+    // so the container (the user's id) cannot read or trace it either.
+    let pid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Pid:\t"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let uid_line = status
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .unwrap()
+        .to_string();
+    if let Some((uid, _, _)) = &env.user {
+        assert!(!uid_line.contains(&format!("\t{uid}\t")), "{uid_line}");
     }
+    let script = format!(
+        "cat /proc/{pid}/environ >/dev/null 2>&1 && echo environ || echo refused; \
+         kill -0 {pid} 2>/dev/null && echo signalled || echo refused"
+    );
+    let out = sh(&sb, &d, &[], &script).ok().stdout();
+    assert_eq!(out, "refused\nrefused\n", "the squashfs server");
 }

@@ -1,6 +1,7 @@
 //! One module per benchmark script: each turns that script's newest JSON
 //! into tables, named figures for the prose, charts and headline rows.
 
+pub mod build;
 pub mod fileaccess;
 pub mod inject;
 pub mod mpi;
@@ -134,6 +135,13 @@ pub const ALL: &[Benchmark] = &[
         prefix: "slurm-",
         accept: slurm::accept,
         render: slurm::render,
+    },
+    Benchmark {
+        name: "build",
+        script: "bench/build.sh",
+        prefix: "build-",
+        accept: build::accept,
+        render: build::render,
     },
 ];
 

@@ -1,0 +1,177 @@
+#!/bin/bash
+# Rootless image build: berth build against podman build (and ch-image
+# build when charliecloud-builders is installed), as the unprivileged user,
+# on one Dockerfile that needs no network (so the mirror's speed is not
+# measured): FROM the benchmark's Debian bookworm + python3 image, useradd,
+# COPY --chown of 400 Python files, WORKDIR, python3 -m compileall, a 16 MB
+# file written and /usr/share/doc removed, CMD.
+#
+#   cold    build --no-cache, the base image already in the tool's storage
+#   cached  the same build again: every step from the cache
+#
+# Tools alternate within each round and the order rotates by round. Each
+# build's image is checked by running it. Targets: cold at most 1.2 x
+# podman's, cached at most 0.5 x podman's.
+#
+#   sudo bench/build.sh [--runs N] [--smoke]
+#
+# Results: bench/results/build-<UTC>.json, a markdown table on stdout.
+set -Eeuo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_ROOT=$(cd "$HERE/.." && pwd)
+cd /
+RUNS=5
+SMOKE=0
+while (($#)); do
+    case $1 in
+        --runs) RUNS=$2; shift 2 ;;
+        --smoke) RUNS=1; SMOKE=1; shift ;;
+        -h|--help) sed -n 2,18p "$0"; exit 0 ;;
+        *) echo "build.sh: unknown option $1" >&2; exit 2 ;;
+    esac
+done
+BENCH_NAME=build.sh
+WORK=${BERTH_BENCH_WORK:-/var/tmp/berth-bench}
+BENCH_USER=${BERTH_BENCH_USER:-berthtest}
+REGISTRY=127.0.0.1:5000
+BIN_DIR=${BERTH_BENCH_BIN_DIR:-$REPO_ROOT/target/release}
+# shellcheck source=bench/lib/common.sh
+source "$HERE/lib/common.sh"
+[[ $(id -u) == 0 ]] || die "run as root (it switches to $BENCH_USER)"
+[[ -x $BIN_DIR/berth ]] || die "no berth in $BIN_DIR (cargo build --release -p berth)"
+install_packages podman catatonit uidmap fuse-overlayfs squashfs-tools-ng jq curl
+bench_user_setup
+ensure_registry
+if [[ $(curl -s -o /dev/null -w '%{http_code}' -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
+    "http://$REGISTRY/v2/bench/debian-python/manifests/bookworm") != 200 ]]; then
+    log "no base image in the registry: running bench/pull.sh --smoke --tools berth to build and push it"
+    "$HERE/pull.sh" --smoke --tools berth > /dev/null
+fi
+IMG=$REGISTRY/bench/debian-python:bookworm
+W=$WORK/build
+rm -rf "$W"
+install -d -m 0755 -o "$BUID" -g "$BGID" "$W" "$W/logs" "$W/site" "$W/ctx/src"
+install -m 0755 "$BIN_DIR/berth" "$W/berth"
+echo "insecure_registries = [\"$REGISTRY\"]" > "$W/site/berth.toml"
+BERTH_SITE_CONF=$W/site/berth.toml
+cat > "$W/ctx/Dockerfile" <<'EOF'
+ARG BASE
+FROM $BASE
+ENV APP_HOME=/srv/app
+RUN useradd -u 1234 -m app && mkdir -p $APP_HOME
+COPY --chown=app:app src/ /srv/app/src/
+WORKDIR /srv/app
+RUN python3 -m compileall -q src && find src -name '*.pyc' | wc -l > pyc-count.txt
+RUN dd if=/dev/urandom of=/srv/app/data.bin bs=1M count=16 status=none && rm -rf /usr/share/doc
+CMD ["cat", "/srv/app/pyc-count.txt"]
+EOF
+for i in $(seq 1 400); do
+    printf 'import os\n\ndef f%d(x):\n    return [os.sep * i for i in range(x)]\n' "$i" > "$W/ctx/src/mod$i.py"
+done
+chown -R "$BUID:$BGID" "$W/ctx" "$W/logs"
+trap stop_podman_pause EXIT
+
+TOOLS=(berth podman)
+command -v ch-image > /dev/null && TOOLS+=(ch-image)
+BSTORE=$W/berth-store
+PROOT=(--root "$W/podman/root" --runroot "$W/podman/runroot" --storage-driver overlay)
+CHS=$W/ch-storage
+install -d -m 0755 -o "$BUID" -g "$BGID" "$BSTORE" "$W/podman"
+# The base in every tool's storage (not timed).
+as_user "$W/berth" --store "$BSTORE" pull -q --tls-verify=false "$IMG" > /dev/null
+as_user podman "${PROOT[@]}" pull -q --tls-verify=false "$IMG" > /dev/null
+if [[ " ${TOOLS[*]} " == *" ch-image "* ]]; then
+    as_user skopeo copy -q --src-tls-verify=false "docker://$IMG" "oci-archive:$W/base.tar" \
+        && as_user ch-image -s "$CHS" import "$W/base.tar" bench-base > "$W/logs/ch-import.log" 2>&1 \
+        || { log "ch-image could not import the base; leaving it out"; TOOLS=(berth podman); }
+fi
+
+# build TOOL KIND: one build as the user; prints its wall time in ms.
+build() {
+    local tool=$1 kind=$2 nc=() s e base=$IMG
+    [[ $kind == cold ]] && nc=(--no-cache)
+    s=$(date +%s%N)
+    case $tool in
+        berth) as_user "$W/berth" --store "$BSTORE" build -q "${nc[@]}" --build-arg "BASE=$base" -t bench-built "$W/ctx" ;;
+        podman) as_user podman "${PROOT[@]}" build -q "${nc[@]}" --tls-verify=false --build-arg "BASE=$base" -t bench-built "$W/ctx" ;;
+        ch-image) [[ $kind == cold ]] && nc=(--rebuild)
+            as_user ch-image -s "$CHS" build "${nc[@]}" --build-arg BASE=bench-base -t bench-built "$W/ctx" ;;
+    esac > "$W/logs/$tool-$kind.out" 2> "$W/logs/$tool-$kind.log" || { echo failed; return; }
+    e=$(date +%s%N)
+    echo $(((e - s) / 1000000))
+}
+
+# check TOOL: the built image runs and prints 400 (not timed).
+check() {
+    local out
+    case $1 in
+        berth) out=$(as_user "$W/berth" --store "$BSTORE" run bench-built 2>&1) ;;
+        podman) out=$(as_user podman "${PROOT[@]}" run --rm bench-built 2>&1) ;;
+        ch-image) out=$(as_user ch-run -W -s "$CHS" bench-built -- cat /srv/app/pyc-count.txt 2>&1) ;;
+    esac
+    [[ $(echo "$out" | tail -1) == 400 ]] || { log "$1: the built image printed: $out"; return 1; }
+}
+
+TSV=$W/logs/rounds.tsv
+: > "$TSV"
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+for t in "${TOOLS[@]}"; do build "$t" cold > /dev/null; done   # warm-up (page cache, first-use set-up)
+for ((r = 1; r <= RUNS; r++)); do
+    n=${#TOOLS[@]}
+    for ((k = 0; k < n; k++)); do
+        t=${TOOLS[$(((r + k) % n))]}
+        c=$(build "$t" cold)
+        h=$(build "$t" cached)
+        if [[ $c != failed ]] && ! check "$t"; then c=failed; fi
+        echo -e "$r\t$t\t$c\t$h" >> "$TSV"
+        log "round $r $t: cold $c ms, cached $h ms"
+    done
+done
+STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+OUT=$HERE/results/build-$STAMP.json
+install -d "$HERE/results"
+python3 - "$TSV" "$OUT" <<PY
+import json, os, platform, statistics, sys
+rows, failed = [], 0
+for line in open(sys.argv[1]):
+    r, t, c, h = line.rstrip("\n").split("\t")
+    if "failed" in (c, h):
+        failed += 1
+        continue
+    rows.append((r, t, int(c), int(h)))
+tools = [t for t in ["berth", "podman", "ch-image"] if any(x[1] == t for x in rows)]
+summary, ratios = {}, {}
+for t in tools:
+    for i, kind in ((2, "cold"), (3, "cached")):
+        ms = [x[i] for x in rows if x[1] == t]
+        summary.setdefault(t, {})[kind] = {"n": len(ms), "median_ms": statistics.median(ms), "min_ms": min(ms)}
+for peer in [t for t in tools if t != "berth"]:
+    for i, kind in ((2, "cold"), (3, "cached")):
+        rr = []
+        for r in {x[0] for x in rows}:
+            b = [x[i] for x in rows if x[0] == r and x[1] == "berth"]
+            p = [x[i] for x in rows if x[0] == r and x[1] == peer]
+            if b and p and p[0] > 0:
+                rr.append(b[0] / p[0])
+        if rr:
+            ratios.setdefault(peer, {})[kind] = round(statistics.median(rr), 3)
+json.dump({"benchmark": "build", "time_utc": "$STAMP", "smoke": bool($SMOKE), "runs": $RUNS,
+           "how": {"dockerfile": open("$W/ctx/Dockerfile").read(),
+                   "cold": "build --no-cache (ch-image: --rebuild), base image already stored",
+                   "cached": "the same build again"},
+           "host": {"kernel": platform.release(), "cpus": os.cpu_count(), "loadavg_before": "$LOAD_BEFORE",
+                    "loadavg_after": " ".join(open("/proc/loadavg").read().split()[:3])},
+           "berth": {"version": "$("$W/berth" --version | head -1)", "git": "$(git_describe)"},
+           "versions": {"podman": "$(version_of podman --version)", "ch-image": "$(version_of ch-image --version)"},
+           "failed": failed, "summary": summary, "ratios": ratios},
+          open(sys.argv[2], "w"), indent=1)
+print("| tool | cold ms | cached ms | berth / tool, cold | berth / tool, cached |")
+print("|---|---:|---:|---:|---:|")
+for t in tools:
+    s = summary[t]
+    r = ratios.get(t, {})
+    g = lambda k: f"{r[k]:.2f}" if k in r else ""
+    print(f"| {t} | {s['cold']['median_ms']:.0f} | {s['cached']['median_ms']:.0f} | {g('cold')} | {g('cached')} |")
+sys.exit(1 if failed else 0)
+PY
+log "results: $OUT"

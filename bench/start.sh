@@ -376,7 +376,7 @@ stop_keeper() {
     pid=$(cat "$KEEPER_DIR/pid")
     [[ $pid =~ ^[0-9]+$ && $(stat -c %u "/proc/$pid" 2>/dev/null) == "$BUID" ]] || return 0
     tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q __keeper || return 0
-    for child in $(pgrep -P "$pid" -u "$BUID" -x squashfuse_ll || true); do
+    for child in $(pgrep -P "$pid" -x squashfuse_ll || true); do
         kill -TERM "$child" 2>/dev/null || true
     done
     for ((i = 0; i < 50; i++)); do

@@ -58,7 +58,7 @@ stop_keeper() {
     local dir=$1 pid child i
     pid=$(keeper_pid "$dir")
     [[ -n $pid ]] || return 0
-    for child in $(pgrep -P "$pid" -u "$BUID" -x squashfuse_ll || true); do
+    for child in $(pgrep -P "$pid" -x squashfuse_ll || true); do
         kill -TERM "$child" 2>/dev/null || true
     done
     for ((i = 0; i < 50; i++)); do

@@ -73,7 +73,17 @@ impl<W: Write> Write for Hashing<W> {
 
 /// Writes the changes of `root` since `before` as a layer blob; `None` if
 /// nothing changed.
-pub fn diff(root: &Path, before: &Snapshot, blobs: &Blobs) -> Result<Option<BlobRef>> {
+///
+/// With `overlay_upper`, `root` is the upper directory of an overlay build
+/// root (only what the build changed is there, so the walks are short):
+/// its whiteouts (character devices 0/0) become `.wh.` entries and a
+/// directory made opaque in this step gets `.wh..wh..opq`.
+pub fn diff(
+    root: &Path,
+    before: &Snapshot,
+    blobs: &Blobs,
+    overlay_upper: bool,
+) -> Result<Option<BlobRef>> {
     let after = Snapshot::take(root)?;
     let mut changed: BTreeSet<String> = BTreeSet::new();
     for (rel, st) in &after.entries {
@@ -81,15 +91,33 @@ pub fn diff(root: &Path, before: &Snapshot, blobs: &Blobs) -> Result<Option<Blob
             changed.insert(rel.clone());
         }
     }
-    // Entries that went: only the top-most of a removed tree.
+    // Entries that went: only the top-most of a removed tree, and nothing
+    // below a path that is no longer a directory (an overlay whiteout, a
+    // directory replaced by a file): a whiteout under it would make an
+    // image tool recreate it as a directory.
+    let not_dir = |rel: &str| {
+        after
+            .entries
+            .get(rel)
+            .is_some_and(|st| st.mode & libc::S_IFMT != libc::S_IFDIR)
+    };
     let mut removed: Vec<String> = Vec::new();
     for rel in before.entries.keys() {
         if after.entries.contains_key(rel) {
             continue;
         }
-        if removed
-            .last()
-            .is_some_and(|r| rel.starts_with(&format!("{r}/")))
+        let under_gone = Path::new(rel)
+            .ancestors()
+            .skip(1)
+            .filter(|a| !a.as_os_str().is_empty())
+            .any(|a| {
+                let a = a.to_string_lossy();
+                not_dir(&a) || removed.last().is_some_and(|r| **r == *a)
+            });
+        if under_gone
+            || removed
+                .last()
+                .is_some_and(|r| rel.starts_with(&format!("{r}/")))
         {
             continue;
         }
@@ -110,12 +138,7 @@ pub fn diff(root: &Path, before: &Snapshot, blobs: &Blobs) -> Result<Option<Blob
     }
     let mut names: Vec<(String, bool)> = with_parents.into_iter().map(|n| (n, false)).collect();
     for r in &removed {
-        let p = Path::new(r);
-        let wh = match p.parent().filter(|d| !d.as_os_str().is_empty()) {
-            Some(dir) => format!("{}/.wh.{}", dir.display(), name_of(p)),
-            None => format!(".wh.{}", name_of(p)),
-        };
-        names.push((wh, true));
+        names.push((whiteout_of(r), true));
     }
     names.sort();
     let blob = blobs.writer()?;
@@ -130,14 +153,23 @@ pub fn diff(root: &Path, before: &Snapshot, blobs: &Blobs) -> Result<Option<Blob
     let mut links: HashMap<u64, String> = HashMap::new();
     for (rel, whiteout) in &names {
         if *whiteout {
-            let mut h = tar::Header::new_gnu();
-            h.set_entry_type(tar::EntryType::Regular);
-            h.set_size(0);
-            h.set_mode(0o644);
-            h.set_mtime(0);
-            tar.append_data(&mut h, rel, io::empty())
-                .map_err(|e| Error::io("write a layer entry", rel, e))?;
+            append_whiteout(&mut tar, rel)?;
             continue;
+        }
+        if overlay_upper {
+            let path = root.join(rel);
+            if let Ok(m) = fs::symlink_metadata(&path) {
+                if m.file_type().is_char_device() && m.rdev() == 0 {
+                    append_whiteout(&mut tar, &whiteout_of(rel))?;
+                    continue;
+                }
+                let new_dir = before.entries.get(rel).is_none_or(|s| s.ino != m.ino());
+                if m.is_dir() && new_dir && is_opaque(&path) {
+                    append(&mut tar, root, rel, &mut links)?;
+                    append_whiteout(&mut tar, &format!("{rel}/.wh..wh..opq"))?;
+                    continue;
+                }
+            }
         }
         append(&mut tar, root, rel, &mut links)?;
     }
@@ -150,6 +182,32 @@ pub fn diff(root: &Path, before: &Snapshot, blobs: &Blobs) -> Result<Option<Blob
         .finish()
         .map_err(|e| Error::io("compress the layer", root, e))?;
     Ok(Some(blobs.commit(gz, diff_id)?))
+}
+
+fn append_whiteout<W: Write>(tar: &mut tar::Builder<W>, name: &str) -> Result<()> {
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Regular);
+    h.set_size(0);
+    h.set_mode(0o644);
+    h.set_mtime(0);
+    tar.append_data(&mut h, name, io::empty())
+        .map_err(|e| Error::io("write a layer entry", name, e))
+}
+
+/// `dir/name` as its whiteout, `dir/.wh.name`.
+fn whiteout_of(rel: &str) -> String {
+    let p = Path::new(rel);
+    match p.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) => format!("{}/.wh.{}", dir.display(), name_of(p)),
+        None => format!(".wh.{}", name_of(p)),
+    }
+}
+
+/// Whether overlayfs marked the directory opaque (`userxattr` mounts).
+fn is_opaque(dir: &Path) -> bool {
+    let mut value = [0u8; 4];
+    rustix::fs::lgetxattr(dir, "user.overlay.opaque", &mut value[..])
+        .is_ok_and(|n| n >= 1 && value[0] == b'y')
 }
 
 fn name_of(p: &Path) -> String {
@@ -289,13 +347,13 @@ mod tests {
         fs::write(root.join("etc/old"), "o").unwrap();
         fs::write(root.join("gone/deep/x"), "x").unwrap();
         let before = Snapshot::take(&root).unwrap();
-        assert!(diff(&root, &before, &blobs).unwrap().is_none());
+        assert!(diff(&root, &before, &blobs, false).unwrap().is_none());
         fs::write(root.join("etc/sub/new"), "n").unwrap();
         fs::hard_link(root.join("etc/sub/new"), root.join("etc/sub/link")).unwrap();
         fs::remove_file(root.join("etc/old")).unwrap();
         fs::remove_dir_all(root.join("gone")).unwrap();
         std::os::unix::fs::symlink("/etc/keep", root.join("ln")).unwrap();
-        let layer = diff(&root, &before, &blobs).unwrap().unwrap();
+        let layer = diff(&root, &before, &blobs, false).unwrap().unwrap();
         let names = entries(&blobs.path(&layer.digest));
         assert_eq!(
             names,
@@ -323,5 +381,19 @@ mod tests {
             fs::read_link(other.join("ln")).unwrap(),
             Path::new("/etc/keep")
         );
+    }
+
+    #[test]
+    fn nothing_is_whited_out_below_a_path_that_is_no_longer_a_directory() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        let blobs = Blobs::new(&t.path().join("blobs")).unwrap();
+        fs::create_dir_all(root.join("d/sub")).unwrap();
+        fs::write(root.join("d/sub/f"), "f").unwrap();
+        let before = Snapshot::take(&root).unwrap();
+        fs::remove_dir_all(root.join("d")).unwrap();
+        fs::write(root.join("d"), "now a file").unwrap();
+        let layer = diff(&root, &before, &blobs, false).unwrap().unwrap();
+        assert_eq!(entries(&blobs.path(&layer.digest)), vec!["d"]);
     }
 }

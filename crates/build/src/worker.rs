@@ -37,11 +37,17 @@ pub fn main(args: &[String]) -> i32 {
     // this namespace can remove them.
     if let Some(work) = Path::new(plan).parent() {
         if let Ok(dir) = fs::read_dir(work) {
-            for e in dir
+            let stages: Vec<PathBuf> = dir
                 .flatten()
                 .filter(|e| e.file_name().to_string_lossy().starts_with("stage"))
-            {
-                let _ = fs::remove_dir_all(e.path());
+                .map(|e| e.path())
+                .collect();
+            // Overlay roots and their FUSE lower layers first.
+            for p in &stages {
+                let _ = sys::umount(p, libc::MNT_DETACH);
+            }
+            for p in &stages {
+                let _ = fs::remove_dir_all(p);
             }
         }
     }
@@ -57,6 +63,8 @@ pub fn main(args: &[String]) -> i32 {
 
 struct StageState {
     root: PathBuf,
+    /// The overlay's upper directory, when the root is an overlay.
+    upper: Option<PathBuf>,
     ready: bool,
     pending: Vec<BlobRef>,
 }
@@ -83,6 +91,7 @@ fn run(plan_path: &Path) -> Result<()> {
         .enumerate()
         .map(|(i, _)| StageState {
             root: plan.work.join(format!("stage{i}")),
+            upper: None,
             ready: false,
             pending: Vec::new(),
         })
@@ -117,8 +126,11 @@ fn run(plan_path: &Path) -> Result<()> {
             let t0 = std::time::Instant::now();
             ensure(&plan, &mut states, i, full_map)?;
             let root = states[i].root.clone();
+            // What to walk for changes: the overlay's upper directory (only
+            // what the build changed), else the whole root.
+            let scan = states[i].upper.clone().unwrap_or_else(|| root.clone());
             let t1 = std::time::Instant::now();
-            let before = Snapshot::take(&root)?;
+            let before = Snapshot::take(&scan)?;
             let t2 = std::time::Instant::now();
             match &step.action {
                 Action::Run {
@@ -183,7 +195,7 @@ fn run(plan_path: &Path) -> Result<()> {
                 }
             }
             let t3 = std::time::Instant::now();
-            let layer = layer::diff(&root, &before, &blobs)?;
+            let layer = layer::diff(&scan, &before, &blobs, states[i].upper.is_some())?;
             if std::env::var_os("BERTH_TIMING").is_some() {
                 eprintln!(
                     "berth: timing: root {:?}, snapshot {:?}, step {:?}, layer {:?}",
@@ -229,7 +241,18 @@ fn ensure(plan: &Plan, states: &mut [StageState], i: usize, full_map: bool) -> R
             0
         }
         Base::Image(ref sqfs) => {
-            unpack_base(sqfs, &root, full_map)?;
+            match overlay_root(sqfs, &root) {
+                Ok(upper) => states[i].upper = Some(upper),
+                Err(why) => {
+                    // No FUSE or no unprivileged overlay here: a plain copy.
+                    if std::env::var_os("BERTH_TIMING").is_some() {
+                        eprintln!(
+                            "berth: timing: no overlay build root ({why}); unpacking the base"
+                        );
+                    }
+                    unpack_base(sqfs, &root, full_map)?;
+                }
+            }
             0
         }
     };
@@ -245,6 +268,45 @@ fn ensure(plan: &Plan, states: &mut [StageState], i: usize, full_map: bool) -> R
     }
     states[i].ready = true;
     Ok(())
+}
+
+/// The stage root as an overlay: the base image's squashfs mounted through
+/// FUSE as the lower layer (nothing unpacked), an upper directory beside
+/// the root for the build's changes. The worker's mount namespace holds
+/// both mounts; they go with it.
+fn overlay_root(sqfs: &Path, root: &Path) -> std::result::Result<PathBuf, String> {
+    let dir = |suffix: &str| {
+        let mut name = root.file_name().unwrap_or_default().to_os_string();
+        name.push(suffix);
+        root.with_file_name(name)
+    };
+    let (lower, upper, work) = (dir("-lower"), dir("-upper"), dir("-work"));
+    for d in [root, &lower, &upper, &work] {
+        fs::create_dir_all(d).map_err(|e| format!("create {}: {e}", d.display()))?;
+    }
+    let image = fs::File::open(sqfs).map_err(|e| format!("open {}: {e}", sqfs.display()))?;
+    let server =
+        berth_runtime::keeper::mount_fuse(sqfs, &image, &lower, 0, 0).map_err(|e| e.to_string())?;
+    // The server lives as long as the connection; nothing waits for it.
+    std::mem::forget(server);
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={},userxattr",
+        lower.display(),
+        upper.display(),
+        work.display()
+    );
+    sys::mount(
+        Some(Path::new("overlay")),
+        root,
+        Some("overlay"),
+        0,
+        Some(&opts),
+    )
+    .map_err(|e| {
+        let _ = sys::umount(&lower, libc::MNT_DETACH);
+        format!("overlay on {}: {e}", root.display())
+    })?;
+    Ok(upper)
 }
 
 /// Unpacks a base image's squashfs into `root` with its owners:

@@ -746,7 +746,11 @@ fn start_holder(dir: &Path) -> Option<i32> {
     }
 }
 
-fn mount_fuse(
+/// Mounts the squashfs `image_file` read-only on `target` through FUSE
+/// (`squashfuse_ll` serving an already mounted connection), for the
+/// namespace's `uid`/`gid`; returns the server. Needs CAP_SYS_ADMIN in the
+/// current user namespace (the keeper's, or a build worker's).
+pub fn mount_fuse(
     image: &Path,
     image_file: &File,
     target: &Path,

@@ -14,6 +14,7 @@ FROM $BASE AS build
 ENV GREETING="hello from" WHO=berth
 RUN apt-get update -qq && apt-get install -y -qq hello >/dev/null && hello -g "apt works"
 RUN useradd -u 1234 -m app
+RUN rm -rf /usr/share/doc /etc/apt && mkdir /etc/apt && touch /etc/apt/only-this
 COPY --chown=app:app app/ /srv/app/
 WORKDIR /srv/app
 RUN echo "$GREETING $WHO" > greeting.txt && stat -c '%u:%g %n' main.py > owners.txt
@@ -22,7 +23,7 @@ FROM build
 LABEL org.example.kind=test
 EXPOSE 8080
 ENTRYPOINT ["/bin/sh", "-c"]
-CMD ["cat greeting.txt owners.txt; hello; ls"]
+CMD ["cat greeting.txt owners.txt; hello; ls; ls /etc/apt; test -e /usr/share/doc || echo no-doc"]
 "#;
 
 fn context(sb: &Sandbox, dockerfile: &str) -> String {
@@ -66,12 +67,14 @@ fn build_run_cache_push_and_pull_back() {
         "{out}"
     );
     assert!(!out.contains("secret.key"), ".dockerignore: {out}");
+    // Whiteouts and an opaque directory: what a step removed stays removed.
+    assert!(out.ends_with("only-this\nno-doc\n"), "{out}");
     // A second build takes every step from the cache: the same image.
     let again = build(&[]);
     assert!(
         again
             .stderr()
-            .contains("all 5 steps are in the build cache"),
+            .contains("all 6 steps are in the build cache"),
         "{}",
         again.stderr()
     );
@@ -83,7 +86,7 @@ fn build_run_cache_push_and_pull_back() {
         .run(&["push", "--tls-verify=false", "demo:1", &dest])
         .ok();
     assert!(
-        pushed.stderr().contains("6 blobs sent"),
+        pushed.stderr().contains("7 blobs sent"),
         "{}",
         pushed.stderr()
     );

@@ -420,6 +420,13 @@ fn classify(registry: &str, reference: &str, e: &OciDistributionError) -> (Trans
             ),
             _ => (Permanent, network(format!("HTTP {code} for {url}: {message}"))),
         },
+        // A status the client turned into a request error (a HEAD for a
+        // blob, say): 401/403 are a login problem, not the network.
+        OciDistributionError::RequestError(re)
+            if matches!(re.status().map(|s| s.as_u16()), Some(401 | 403)) =>
+        {
+            (Permanent, auth(format!("{re}")))
+        }
         OciDistributionError::RequestError(re) => {
             let mut msg = format!("{re}");
             let mut src: Option<&dyn std::error::Error> = std::error::Error::source(re);

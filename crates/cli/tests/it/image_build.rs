@@ -98,9 +98,47 @@ fn build_run_cache_push_and_pull_back() {
         "{}",
         again.stderr()
     );
-    // skopeo reads it as a registry image.
+    // A registry that wants a login: refused without one, taken with one.
+    let auth_dest = format!(
+        "{}/berth-test/built-{}:1",
+        env.auth_reg(),
+        std::process::id()
+    );
+    sb.run(&["push", "--tls-verify=false", "demo:1", &auth_dest])
+        .fails(11, "authentication");
+    let creds = format!(
+        "{}:{}",
+        env.var("BERTH_IT_REG_USER"),
+        env.var("BERTH_IT_REG_PASS")
+    );
+    sb.run(&[
+        "push",
+        "--tls-verify=false",
+        "--creds",
+        &creds,
+        "demo:1",
+        &auth_dest,
+    ])
+    .ok();
+    // skopeo copies it back out of the registry, config and labels intact.
+    let layout = sb.dir.path().join("skopeo-copy");
+    let copy = std::process::Command::new("skopeo")
+        .args([
+            "copy",
+            "-q",
+            "--src-tls-verify=false",
+            &format!("docker://{dest}"),
+        ])
+        .arg(format!("oci:{}:demo", layout.display()))
+        .output()
+        .unwrap();
+    assert!(
+        copy.status.success(),
+        "{}",
+        String::from_utf8_lossy(&copy.stderr)
+    );
     let inspect = std::process::Command::new("skopeo")
-        .args(["inspect", "--tls-verify=false", &format!("docker://{dest}")])
+        .args(["inspect", &format!("oci:{}:demo", layout.display())])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&inspect.stdout);

@@ -1,6 +1,8 @@
 #!/bin/bash
-# Rootless image build: berth build against podman build (and ch-image
-# build when charliecloud-builders is installed), as the unprivileged user,
+# Rootless image build: berth build against podman build and ch-image
+# build (Charliecloud 0.31; its ch-image is taken from the
+# charliecloud-builders package without that package's docker.io and
+# buildah dependencies, which it does not need), as the unprivileged user,
 # on one Dockerfile that needs no network (so the mirror's speed is not
 # measured): FROM the benchmark's Debian bookworm + python3 image, useradd,
 # COPY --chown of 400 Python files, WORKDIR, python3 -m compileall, a 16 MB
@@ -39,7 +41,8 @@ BIN_DIR=${BERTH_BENCH_BIN_DIR:-$REPO_ROOT/target/release}
 source "$HERE/lib/common.sh"
 [[ $(id -u) == 0 ]] || die "run as root (it switches to $BENCH_USER)"
 [[ -x $BIN_DIR/berth ]] || die "no berth in $BIN_DIR (cargo build --release -p berth)"
-install_packages podman catatonit uidmap fuse-overlayfs squashfs-tools-ng jq curl
+install_packages podman catatonit uidmap fuse-overlayfs squashfs-tools squashfs-tools-ng jq curl \
+    charliecloud-common charliecloud-runtime python3-lark python3-requests git
 bench_user_setup
 ensure_registry
 if [[ $(curl -s -o /dev/null -w '%{http_code}' -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
@@ -72,7 +75,26 @@ chown -R "$BUID:$BGID" "$W/ctx" "$W/logs"
 trap stop_podman_pause EXIT
 
 TOOLS=(berth podman)
-command -v ch-image > /dev/null && TOOLS+=(ch-image)
+# ch-image: on PATH, else unpacked from its package (not installed: the
+# package would pull in docker.io and buildah).
+CH_IMAGE=$(command -v ch-image || true)
+if [[ -z $CH_IMAGE ]]; then
+    CHX=$WORK/ch-image
+    if [[ ! -x $CHX/usr/bin/ch-image ]]; then
+        rm -rf "$CHX" && install -d "$CHX"
+        (cd "$CHX" && apt-get download -q charliecloud-builders > /dev/null 2>&1 \
+            && dpkg -x charliecloud-builders_*.deb . && rm -f charliecloud-builders_*.deb) \
+            || log "cannot fetch charliecloud-builders: ch-image left out"
+        install -d "$CHX/usr/lib"
+        ln -sfn /usr/lib/charliecloud "$CHX/usr/lib/charliecloud"
+        ln -sf "$(command -v ch-run)" "$CHX/usr/bin/ch-run"
+    fi
+    [[ -x $CHX/usr/bin/ch-image ]] && CH_IMAGE=$CHX/usr/bin/ch-image
+fi
+[[ -n $CH_IMAGE ]] && TOOLS+=(ch-image)
+# ch-image's build cache is a git repository: it needs an identity.
+CH_ENV=(env GIT_AUTHOR_NAME=bench GIT_AUTHOR_EMAIL=bench@localhost
+    GIT_COMMITTER_NAME=bench GIT_COMMITTER_EMAIL=bench@localhost)
 BSTORE=$W/berth-store
 PROOT=(--root "$W/podman/root" --runroot "$W/podman/runroot" --storage-driver overlay)
 CHS=$W/ch-storage
@@ -81,8 +103,10 @@ install -d -m 0755 -o "$BUID" -g "$BGID" "$BSTORE" "$W/podman"
 as_user "$W/berth" --store "$BSTORE" pull -q --tls-verify=false "$IMG" > /dev/null
 as_user podman "${PROOT[@]}" pull -q --tls-verify=false "$IMG" > /dev/null
 if [[ " ${TOOLS[*]} " == *" ch-image "* ]]; then
-    as_user skopeo copy -q --src-tls-verify=false "docker://$IMG" "oci-archive:$W/base.tar" \
-        && as_user ch-image -s "$CHS" import "$W/base.tar" bench-base > "$W/logs/ch-import.log" 2>&1 \
+    # The same base, as a directory (ch-image imports file system trees).
+    BASE_SQFS=$(as_user "$W/berth" --store "$BSTORE" inspect "$IMG" | jq -r .squashfs.path)
+    as_user unsquashfs -q -n -d "$W/ch-base" "$BASE_SQFS" > /dev/null 2>&1 || true
+    as_user "${CH_ENV[@]}" "$CH_IMAGE" -s "$CHS" import "$W/ch-base" bench-base > "$W/logs/ch-import.log" 2>&1 \
         || { log "ch-image could not import the base; leaving it out"; TOOLS=(berth podman); }
 fi
 
@@ -95,7 +119,7 @@ build() {
         berth) as_user "$W/berth" --store "$BSTORE" build -q "${nc[@]}" --build-arg "BASE=$base" -t bench-built "$W/ctx" ;;
         podman) as_user podman "${PROOT[@]}" build -q "${nc[@]}" --tls-verify=false --build-arg "BASE=$base" -t bench-built "$W/ctx" ;;
         ch-image) [[ $kind == cold ]] && nc=(--rebuild)
-            as_user ch-image -s "$CHS" build "${nc[@]}" --build-arg BASE=bench-base -t bench-built "$W/ctx" ;;
+            as_user "${CH_ENV[@]}" "$CH_IMAGE" -s "$CHS" build "${nc[@]}" --build-arg BASE=bench-base -t bench-built "$W/ctx" ;;
     esac > "$W/logs/$tool-$kind.out" 2> "$W/logs/$tool-$kind.log" || { echo failed; return; }
     e=$(date +%s%N)
     echo $(((e - s) / 1000000))
@@ -107,7 +131,7 @@ check() {
     case $1 in
         berth) out=$(as_user "$W/berth" --store "$BSTORE" run bench-built 2>&1) ;;
         podman) out=$(as_user podman "${PROOT[@]}" run --rm bench-built 2>&1) ;;
-        ch-image) out=$(as_user ch-run -W -s "$CHS" bench-built -- cat /srv/app/pyc-count.txt 2>&1) ;;
+        ch-image) out=$(as_user ch-run -s "$CHS" bench-built -- cat /srv/app/pyc-count.txt 2>&1) ;;
     esac
     [[ $(echo "$out" | tail -1) == 400 ]] || { log "$1: the built image printed: $out"; return 1; }
 }
@@ -162,7 +186,7 @@ json.dump({"benchmark": "build", "time_utc": "$STAMP", "smoke": bool($SMOKE), "r
            "host": {"kernel": platform.release(), "cpus": os.cpu_count(), "loadavg_before": "$LOAD_BEFORE",
                     "loadavg_after": " ".join(open("/proc/loadavg").read().split()[:3])},
            "berth": {"version": "$("$W/berth" --version | head -1)", "git": "$(git_describe)"},
-           "versions": {"podman": "$(version_of podman --version)", "ch-image": "$(version_of ch-image --version)"},
+           "versions": {"podman": "$(version_of podman --version)", "ch-image": "$(version_of as_user "$CH_IMAGE" --version)"},
            "failed": failed, "summary": summary, "ratios": ratios},
           open(sys.argv[2], "w"), indent=1)
 print("| tool | cold ms | cached ms | berth / tool, cold | berth / tool, cached |")

@@ -633,7 +633,15 @@ fn copy_step(
             };
             let meta = fs::symlink_metadata(&rel).map_err(|e| format!("{rel}: {e}"))?;
             if meta.is_dir() {
+                // A destination directory the copy creates belongs to the
+                // --chown owner too (BuildKit's rule), so a later USER can
+                // write in it.
+                let created = !Path::new(dest).exists();
                 fs::create_dir_all(dest).map_err(|e| format!("{dest}: {e}"))?;
+                if let (true, Some((u, g))) = (created, owner) {
+                    std::os::unix::fs::lchown(dest, Some(u), Some(g))
+                        .map_err(|e| format!("chown {dest}: {e}"))?;
+                }
                 copy_children(
                     Path::new(&rel),
                     Path::new(dest),

@@ -214,3 +214,58 @@ fn a_failing_step_names_its_line_and_leaves_nothing() {
         out.stderr()
     );
 }
+
+#[test]
+fn scratch_copy_from_a_stage_add_user_and_the_config_instructions() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let tools = format!("{}/berth-test/layers:latest", env.anon());
+    let dockerfile = format!(
+        r#"FROM {tools} AS tools
+USER root
+RUN ["/bin/sh", "-c", "echo exec-form > /tmp/exec.txt"]
+
+FROM scratch
+COPY --from=tools /bin/ /bin/
+COPY --from=tools /tmp/exec.txt /exec.txt
+ADD files.tar.gz /unpacked/
+COPY --chown=4321:4321 wdir/ /w/
+USER 4321:4321
+WORKDIR /w
+SHELL ["/bin/sh", "-c"]
+RUN id -u > uid.txt && cat /unpacked/hello.txt /exec.txt > copied.txt
+VOLUME /data
+EXPOSE 80
+STOPSIGNAL SIGINT
+HEALTHCHECK --interval=5s CMD ["/bin/true"]
+ENTRYPOINT ["/bin/cat"]
+CMD ["/w/uid.txt", "/w/copied.txt"]
+"#
+    );
+    let ctx = context(&sb, &dockerfile);
+    let ctx_path = std::path::Path::new(&ctx);
+    fs::create_dir_all(ctx_path.join("wdir")).unwrap();
+    fs::write(ctx_path.join("wdir/.keep"), "").unwrap();
+    fs::create_dir_all(sb.dir.path().join("tarball")).unwrap();
+    fs::write(sb.dir.path().join("tarball/hello.txt"), "hello\n").unwrap();
+    let st = std::process::Command::new("tar")
+        .arg("czf")
+        .arg(ctx_path.join("files.tar.gz"))
+        .arg("-C")
+        .arg(sb.dir.path().join("tarball"))
+        .arg("hello.txt")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    sb.chown_to_user(ctx_path);
+    sb.run(&["build", "--tls-verify=false", "-t", "fromscratch", &ctx])
+        .ok();
+    // The image has only what the steps put there, with the owners the
+    // build gave: the RUN ran as 4321, in /w.
+    let out = sb.run(&["run", "fromscratch"]).ok().stdout();
+    assert_eq!(out, "4321\nhello\nexec-form\n");
+    let config = sb.run(&["inspect", "fromscratch"]).ok().stdout();
+    for wanted in ["SIGINT", "80/tcp", "/data", "Healthcheck", "4321:4321"] {
+        assert!(config.contains(wanted), "{wanted} missing: {config}");
+    }
+}

@@ -51,6 +51,24 @@ impl Write for BlobWriter {
     }
 }
 
+/// A layer being written: gzip-compressed into a blob (hashed for its
+/// digest), the uncompressed stream hashed for its diff_id.
+pub struct LayerWriter {
+    gz: flate2::write::GzEncoder<BlobWriter>,
+    diff_hash: Sha256,
+}
+
+impl Write for LayerWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.gz.write(buf)?;
+        self.diff_hash.update(&buf[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.gz.flush()
+    }
+}
+
 impl Blobs {
     /// The blob directory under `dir` (`STORE/blobs`), created if needed.
     pub fn new(dir: &Path) -> Result<Self> {
@@ -82,8 +100,27 @@ impl Blobs {
         })
     }
 
+    /// A new layer blob: write its uncompressed tar stream, then
+    /// [`Blobs::commit_layer`].
+    pub fn layer_writer(&self) -> Result<LayerWriter> {
+        Ok(LayerWriter {
+            gz: flate2::write::GzEncoder::new(self.writer()?, flate2::Compression::fast()),
+            diff_hash: Sha256::new(),
+        })
+    }
+
+    /// Finishes a layer blob and stores it under its digest, with the
+    /// uncompressed stream's digest as its diff_id.
+    pub fn commit_layer(&self, w: LayerWriter) -> Result<BlobRef> {
+        let diff_id = format!("sha256:{}", hex(&w.diff_hash.finalize()));
+        let blob =
+            w.gz.finish()
+                .map_err(|e| Error::io("compress the layer into", &self.dir, e))?;
+        self.commit(blob, diff_id)
+    }
+
     /// Stores a finished layer blob under its digest.
-    pub fn commit(&self, w: BlobWriter, diff_id: String) -> Result<BlobRef> {
+    fn commit(&self, w: BlobWriter, diff_id: String) -> Result<BlobRef> {
         let digest = format!("sha256:{}", hex(&w.hash.finalize()));
         let path = self.path(&digest);
         w.file

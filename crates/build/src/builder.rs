@@ -7,7 +7,6 @@
 //! store's blob directory, ready to convert to squashfs and to push.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -647,20 +646,14 @@ fn flatten_base(img: &BaseImage, blobs: &Blobs, cache: &Path) -> Result<BlobRef>
         .stdout
         .take()
         .ok_or_else(|| Error::Plan("sqfs2tar has no output".into()))?;
-    let blob = blobs.writer()?;
-    let mut gz = flate2::write::GzEncoder::new(blob, flate2::Compression::fast());
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 17];
-    loop {
-        let n = std::io::Read::read(&mut out, &mut buf)
-            .map_err(|e| Error::io("read sqfs2tar's output for", &img.squashfs, e))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-        gz.write_all(&buf[..n])
-            .map_err(|e| Error::io("write the base layer for", &img.squashfs, e))?;
-    }
+    let mut layer = blobs.layer_writer()?;
+    std::io::copy(&mut out, &mut layer).map_err(|e| {
+        Error::io(
+            "copy sqfs2tar's output into the base layer for",
+            &img.squashfs,
+            e,
+        )
+    })?;
     let st = child
         .wait_with_output()
         .map_err(|e| Error::io("run sqfs2tar on", &img.squashfs, e))?;
@@ -671,10 +664,7 @@ fn flatten_base(img: &BaseImage, blobs: &Blobs, cache: &Path) -> Result<BlobRef>
             String::from_utf8_lossy(&st.stderr).trim()
         )));
     }
-    let w = gz
-        .finish()
-        .map_err(|e| Error::io("compress the base layer for", &img.squashfs, e))?;
-    let layer = blobs.commit(w, format!("sha256:{}", hex(&h.finalize())))?;
+    let layer = blobs.commit_layer(layer)?;
     CacheEntry {
         layer: Some(layer.clone()),
     }

@@ -11,10 +11,8 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
-use sha2::{Digest, Sha256};
-
 use crate::blobs::{BlobRef, Blobs};
-use crate::context::{hex, walk};
+use crate::context::walk;
 use crate::{Error, Result};
 
 /// What identifies an entry's state: a change of content, owner, mode or
@@ -49,25 +47,6 @@ impl Snapshot {
             );
         })?;
         Ok(Self { entries })
-    }
-}
-
-/// A hashing, counting writer.
-struct Hashing<W: Write> {
-    inner: W,
-    hash: Sha256,
-    count: u64,
-}
-
-impl<W: Write> Write for Hashing<W> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.hash.update(&buf[..n]);
-        self.count += n as u64;
-        Ok(n)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
     }
 }
 
@@ -141,13 +120,7 @@ pub fn diff(
         names.push((whiteout_of(r), true));
     }
     names.sort();
-    let blob = blobs.writer()?;
-    let hashing = Hashing {
-        inner: flate2::write::GzEncoder::new(blob, flate2::Compression::fast()),
-        hash: Sha256::new(),
-        count: 0,
-    };
-    let mut tar = tar::Builder::new(hashing);
+    let mut tar = tar::Builder::new(blobs.layer_writer()?);
     tar.mode(tar::HeaderMode::Complete);
     tar.follow_symlinks(false);
     let mut links: HashMap<u64, String> = HashMap::new();
@@ -173,15 +146,10 @@ pub fn diff(
         }
         append(&mut tar, root, rel, &mut links)?;
     }
-    let hashing = tar
+    let writer = tar
         .into_inner()
         .map_err(|e| Error::io("finish the layer", root, e))?;
-    let diff_id = format!("sha256:{}", hex(&hashing.hash.finalize()));
-    let gz = hashing
-        .inner
-        .finish()
-        .map_err(|e| Error::io("compress the layer", root, e))?;
-    Ok(Some(blobs.commit(gz, diff_id)?))
+    Ok(Some(blobs.commit_layer(writer)?))
 }
 
 fn append_whiteout<W: Write>(tar: &mut tar::Builder<W>, name: &str) -> Result<()> {

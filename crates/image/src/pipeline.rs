@@ -321,6 +321,7 @@ fn flatten_into(
 ) -> Result<crate::flatten::FlattenStats> {
     let input = writer.input()?;
     let mut flattener = Flattener::new(input, spool_dir);
+    flattener.expect_layers(image.layers.len());
     let count = image.layers.len();
     for index in (0..count).rev() {
         let layer = &image.layers[index];

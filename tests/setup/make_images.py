@@ -457,21 +457,25 @@ def evil_images():
     ev["evil-dotdot"] = ([one(lambda t: t.file("../escape", ESCAPE))], "../escape")
     ev["evil-dotdot-mid"] = ([one(lambda t: t.file("a/../../escape", ESCAPE))],
                              "a/../../escape")
-    ev["evil-absolute"] = ([one(lambda t: t.file("/abs-escape", ESCAPE))],
-                           "/abs-escape")
+    # A leading "/" is dropped, as tar and every engine do ("/x" is "x"
+    # inside the root); climbing above the root from there is the attack.
+    ev["evil-absolute"] = ([one(lambda t: t.file("/../abs-escape", ESCAPE))],
+                           "/../abs-escape")
 
+    # Symlinked parents are followed inside the root (an absolute target
+    # starts again at the root); a target that climbs above it is refused.
     def sym_parent(t):
-        t.symlink("lnk", "/tmp")
+        t.symlink("lnk", "../../../tmp")
         t.file("lnk/escape", ESCAPE)
     ev["evil-symlink-parent"] = ([one(sym_parent)], "lnk/escape")
 
     ev["evil-symlink-parent-lower"] = (
-        [one(lambda t: t.symlink("lnk2", "/tmp")),
+        [one(lambda t: t.symlink("lnk2", "/usr/../../tmp")),
          one(lambda t: t.file("lnk2/escape", ESCAPE))], "lnk2/escape")
     ev["evil-hardlink-out"] = (
         [one(lambda t: t.hardlink("h", "../../etc/passwd"))], "h")
     ev["evil-hardlink-abs"] = (
-        [one(lambda t: t.hardlink("h", "/etc/passwd"))], "h")
+        [one(lambda t: t.hardlink("h", "/../etc/passwd"))], "h")
 
     def hl_sym(t):
         t.symlink("s", "/etc")

@@ -39,7 +39,7 @@ REPO=berth-test
 
 PACKAGES=(squashfs-tools-ng squashfs-tools skopeo umoci docker-registry
           apache2-utils busybox-static zstd squashfuse fuse3 jq python3
-          curl gzip debootstrap podman runc uidmap catatonit openssl gcc libc6-dev mpich libmpich-dev
+          curl gzip debootstrap podman buildah runc uidmap catatonit openssl gcc libc6-dev mpich libmpich-dev
           slurm-wlm munge openmpi-bin libopenmpi-dev libpmix-dev)
 
 die() { echo "setup.sh: ERROR: $*" >&2; exit 1; }
@@ -331,6 +331,10 @@ rm -f "$TMP_MAN"
 
 # The Debian + python3 image for the runtime tests (debootstrap, cached).
 "$HERE/debian_image.sh" "$REG_ANON" || die "building the Debian test image failed"
+
+# Images made by umoci insert/raw add-layer, GNU tar, buildah and podman,
+# each with umoci's unpacking as the oracle.
+"$HERE/producer_images.sh" "$REG_ANON" "$FIXTURES" || die "building the producer images failed"
 
 # A fake NVIDIA driver tree, its CDI spec, and an image with a driver-API
 # probe, for the host-resource tests.

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::blobs::{BlobRef, Blobs};
 use crate::context::walk;
@@ -232,6 +232,11 @@ fn append<W: Write>(
 
 /// Applies the layer blob `blob` to `root`: whiteouts remove, opaque
 /// markers empty a directory, entries are unpacked with their owners.
+/// Names are taken as the flattener takes them (a leading `/` dropped, `..`
+/// folded, refused above the root), and every parent is resolved inside
+/// `root` ([`resolve_parent`]): a symlinked directory of a lower layer is
+/// followed there, never on the host, and nothing outside `root` is
+/// written or deleted.
 pub fn apply(root: &Path, blob: &Path) -> Result<()> {
     let f = fs::File::open(blob).map_err(|e| Error::io("open", blob, e))?;
     let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(f));
@@ -240,19 +245,24 @@ pub fn apply(root: &Path, blob: &Path) -> Result<()> {
     archive.set_preserve_mtime(true);
     archive.set_overwrite(true);
     archive.set_unpack_xattrs(false);
+    let refused = |rel: &str, why: String| {
+        Error::Plan(format!(
+            "layer {}: entry {rel:?} {why}; the layer was not applied",
+            blob.display()
+        ))
+    };
     for entry in archive
         .entries()
         .map_err(|e| Error::io("read the layer", blob, e))?
     {
         let mut entry = entry.map_err(|e| Error::io("read the layer", blob, e))?;
-        let rel = entry
-            .path()
-            .map_err(|e| Error::io("read the layer", blob, e))?
-            .to_path_buf();
-        let clean = crate::context::clean(&rel.to_string_lossy());
-        let p = Path::new(&clean);
-        let name = name_of(p);
-        let parent = root.join(p.parent().unwrap_or(Path::new("")));
+        let raw = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+        let rel = normalize(&raw).ok_or_else(|| refused(&raw, "climbs above the root".into()))?;
+        let (parent_rel, name) = match rel.rsplit_once('/') {
+            Some((p, n)) => (p, n),
+            None => ("", rel.as_str()),
+        };
+        let parent = resolve_parent(root, parent_rel).map_err(|why| refused(&raw, why))?;
         if name == ".wh..wh..opq" {
             if let Ok(dir) = fs::read_dir(&parent) {
                 for e in dir.flatten() {
@@ -265,18 +275,116 @@ pub fn apply(root: &Path, blob: &Path) -> Result<()> {
             remove(&parent.join(gone));
             continue;
         }
-        let target = root.join(&clean);
+        if rel.is_empty() {
+            // The root itself: only a directory, whose attributes stay.
+            if !entry.header().entry_type().is_dir() {
+                return Err(refused(
+                    &raw,
+                    "names the root but is not a directory".into(),
+                ));
+            }
+            continue;
+        }
+        let target = parent.join(name);
         let is_dir = entry.header().entry_type().is_dir();
         if let Ok(m) = fs::symlink_metadata(&target) {
             if !(is_dir && m.is_dir()) {
                 remove(&target);
             }
         }
+        fs::create_dir_all(&parent).map_err(|e| Error::io("create", &parent, e))?;
+        if entry.header().entry_type() == tar::EntryType::Link {
+            // The link's target, resolved in the root as well.
+            let link = entry
+                .link_name_bytes()
+                .map(|l| String::from_utf8_lossy(&l).into_owned())
+                .unwrap_or_default();
+            let link_rel = normalize(&link)
+                .ok_or_else(|| refused(&raw, "is a hard link that climbs above the root".into()))?;
+            let (lp, ln) = link_rel.rsplit_once('/').unwrap_or(("", link_rel.as_str()));
+            let src = resolve_parent(root, lp)
+                .map_err(|why| refused(&raw, why))?
+                .join(ln);
+            fs::hard_link(&src, &target).map_err(|e| Error::io("hard-link", &target, e))?;
+            continue;
+        }
         entry
-            .unpack_in(root)
+            .unpack(&target)
             .map_err(|e| Error::io("unpack a layer entry", &target, e))?;
     }
     Ok(())
+}
+
+/// A layer entry name as tar takes it: leading `/` dropped, `.` removed,
+/// `..` folded; `None` when it climbs above the root.
+fn normalize(raw: &str) -> Option<String> {
+    let mut out: Vec<&str> = Vec::new();
+    for c in raw.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                out.pop()?;
+            }
+            c => out.push(c),
+        }
+    }
+    Some(out.join("/"))
+}
+
+/// The directory `rel` (normalised, relative) inside `root`, with every
+/// symlink on the way followed inside `root`: an absolute target starts
+/// again at `root`, a target that climbs above it is refused, as is a loop.
+/// The result has no symlink below `root`, so writing there stays inside.
+pub fn resolve_parent(root: &Path, rel: &str) -> std::result::Result<PathBuf, String> {
+    let mut todo: Vec<String> = rel
+        .split('/')
+        .filter(|c| !c.is_empty())
+        .rev()
+        .map(String::from)
+        .collect();
+    let mut cur: Vec<String> = Vec::new();
+    let mut hops = 0;
+    while let Some(c) = todo.pop() {
+        match c.as_str() {
+            "." => continue,
+            ".." => {
+                if cur.pop().is_none() {
+                    return Err("lies below a symlink whose target climbs above the root".into());
+                }
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(c);
+        let here = cur.iter().fold(root.to_path_buf(), |p, c| p.join(c));
+        let Ok(m) = fs::symlink_metadata(&here) else {
+            continue; // not there yet: created as a directory
+        };
+        if !m.file_type().is_symlink() {
+            continue;
+        }
+        hops += 1;
+        if hops > 40 {
+            return Err(format!(
+                "lies below the symlink loop at {:?}",
+                cur.join("/")
+            ));
+        }
+        let link = fs::read_link(&here)
+            .map_err(|e| format!("cannot read the symlink {}: {e}", here.display()))?;
+        let link = link.to_string_lossy().into_owned();
+        cur.pop();
+        if link.starts_with('/') {
+            cur.clear();
+        }
+        todo.extend(
+            link.split('/')
+                .filter(|c| !c.is_empty())
+                .rev()
+                .map(String::from),
+        );
+    }
+    Ok(cur.iter().fold(root.to_path_buf(), |p, c| p.join(c)))
 }
 
 fn remove(p: &Path) {
@@ -349,6 +457,90 @@ mod tests {
             fs::read_link(other.join("ln")).unwrap(),
             Path::new("/etc/keep")
         );
+    }
+
+    /// A gzip layer of (name, kind, content-or-target) entries, raw names.
+    fn raw_layer(dir: &Path, entries: &[(&str, tar::EntryType, &str)]) -> std::path::PathBuf {
+        let mut b = tar::Builder::new(Vec::new());
+        for (name, kind, data) in entries {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(*kind);
+            h.set_mode(if kind.is_dir() { 0o755 } else { 0o644 });
+            h.set_uid(0);
+            h.set_gid(0);
+            h.set_mtime(1_600_000_000);
+            let body: &[u8] = if *kind == tar::EntryType::Regular {
+                data.as_bytes()
+            } else {
+                b""
+            };
+            h.set_size(body.len() as u64);
+            h.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
+            if matches!(kind, tar::EntryType::Symlink | tar::EntryType::Link) {
+                h.as_old_mut().linkname[..data.len()].copy_from_slice(data.as_bytes());
+            }
+            h.set_cksum();
+            b.append(&h, body).unwrap();
+        }
+        let path = dir.join("layer.tar.gz");
+        let mut gz = flate2::write::GzEncoder::new(
+            fs::File::create(&path).unwrap(),
+            flate2::Compression::fast(),
+        );
+        gz.write_all(&b.into_inner().unwrap()).unwrap();
+        gz.finish().unwrap();
+        path
+    }
+
+    #[test]
+    fn parents_are_resolved_inside_the_root_and_escapes_are_refused() {
+        use tar::EntryType::{Directory, Link, Regular, Symlink};
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        let outside = t.path().join("outside");
+        fs::create_dir_all(root.join("usr/lib")).unwrap();
+        fs::create_dir_all(&outside).unwrap();
+        fs::write(outside.join("victim"), "keep").unwrap();
+        std::os::unix::fs::symlink("usr/lib", root.join("lib")).unwrap();
+        // An absolute symlink to a host directory: followed inside the root.
+        std::os::unix::fs::symlink(&outside, root.join("abs")).unwrap();
+        let blob = raw_layer(
+            t.path(),
+            &[
+                ("/", Directory, ""),
+                ("lib/newfile", Regular, "through lib"),
+                ("/etc/x", Regular, "abs name"),
+                ("lib/hard", Link, "/lib/newfile"),
+                ("abs/victim", Regular, "inside"),
+                ("abs/.wh.victim", Regular, ""),
+            ],
+        );
+        apply(&root, &blob).unwrap();
+        assert_eq!(
+            fs::read_to_string(root.join("usr/lib/newfile")).unwrap(),
+            "through lib"
+        );
+        assert_eq!(
+            fs::read_to_string(root.join("usr/lib/hard")).unwrap(),
+            "through lib"
+        );
+        assert_eq!(fs::read_to_string(root.join("etc/x")).unwrap(), "abs name");
+        assert!(fs::symlink_metadata(root.join("lib"))
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        // Nothing outside was written or deleted.
+        assert_eq!(fs::read_to_string(outside.join("victim")).unwrap(), "keep");
+        for bad in [
+            vec![("../escape", Regular, "x")],
+            vec![("up", Symlink, "../../.."), ("up/escape", Regular, "x")],
+            vec![("h", Link, "/../etc/passwd")],
+        ] {
+            let blob = raw_layer(t.path(), &bad);
+            let err = apply(&root, &blob).unwrap_err().to_string();
+            assert!(err.contains("climbs above the root"), "{err}");
+        }
+        assert!(!t.path().join("escape").exists());
     }
 
     #[test]

@@ -201,6 +201,8 @@ struct LayerState {
     /// Whether shadowed files are spooled for this layer's hard links (not
     /// for entries placed at the end, whose layer is done).
     spool_shadowed: bool,
+    /// Paths of this layer kept for the end: a hard link to one waits too.
+    kept: HashSet<Vec<u8>>,
 }
 
 impl LayerState {
@@ -215,6 +217,7 @@ impl LayerState {
             materialised: HashMap::new(),
             spool: None,
             spool_shadowed,
+            kept: HashSet::new(),
         }
     }
 }
@@ -300,6 +303,23 @@ fn keep_topmost(map: &mut HashMap<Vec<u8>, usize>, path: Vec<u8>, layer: usize) 
     map.entry(path)
         .and_modify(|l| *l = (*l).min(layer))
         .or_insert(layer);
+}
+
+/// The `size` bytes at `offset` of the pending spool (nothing for none).
+fn spooled<'a>(
+    spool: &'a mut Option<File>,
+    offset: u64,
+    size: u64,
+    dir: &Path,
+) -> Result<Box<dyn Read + 'a>> {
+    match spool.as_mut() {
+        Some(f) if size > 0 => {
+            f.seek(SeekFrom::Start(offset))
+                .map_err(|e| Error::store("read spool", dir, e))?;
+            Ok(Box::new(f.take(size)))
+        }
+        _ => Ok(Box::new(io::empty())),
+    }
 }
 
 /// A tar stream whose end, when it falls inside a 512-byte block, is padded
@@ -562,7 +582,9 @@ impl<W: Write> Flattener<W> {
         }
         self.define(&parts, self.layer, seq);
 
-        if self.may_be_replaced_by_pending(&parts.path) {
+        let link_waits = kind == Kind::Link
+            && normalize(&st.digest, &parts.link).is_ok_and(|t| st.kept.contains(&t));
+        if link_waits || self.may_be_replaced_by_pending(&parts.path) {
             if !matches!(kind, Kind::Dir | Kind::Symlink) {
                 self.defs.other(&parts.path, self.layer, seq);
             }
@@ -649,7 +671,7 @@ impl<W: Write> Flattener<W> {
     /// Its content goes to the pending spool.
     fn keep_pending(
         &mut self,
-        st: &LayerState,
+        st: &mut LayerState,
         seq: u64,
         deferred: bool,
         parts: Parts,
@@ -669,6 +691,7 @@ impl<W: Write> Flattener<W> {
         if parts.kind == Kind::File {
             io::copy(data, spool).map_err(|e| io_err(&st.digest, e))?;
         }
+        st.kept.insert(parts.path.clone());
         self.pending.push(Pending {
             layer: self.layer,
             seq,
@@ -684,7 +707,7 @@ impl<W: Write> Flattener<W> {
     /// it may replace are held back until it is placed.
     fn defer(
         &mut self,
-        st: &LayerState,
+        st: &mut LayerState,
         seq: u64,
         parts: Parts,
         data: &mut dyn Read,
@@ -1049,6 +1072,7 @@ impl<W: Write> Flattener<W> {
             .map(|(i, _)| i)
             .collect();
         let mut spool = self.pending_spool.take();
+        let mut placed_files: HashSet<usize> = HashSet::new();
         for (i, p) in pending.iter().enumerate() {
             if undone.contains(&i) {
                 self.stats.shadowed += 1;
@@ -1059,20 +1083,39 @@ impl<W: Write> Flattener<W> {
                 continue;
             }
             let mut st = LayerState::new(&p.digest, false);
+            if p.parts.kind == Kind::Link {
+                if let Some(q) = self.shadowed_link_target(&pending, p, &placed_files) {
+                    // Its target of the same layer was shadowed: this name
+                    // keeps the old content, as a regular file.
+                    let q = &pending[q];
+                    let size = q.parts.header.entry_size().unwrap_or(0);
+                    let mut content = spooled(&mut spool, q.offset, size, &self.spool_dir)?;
+                    let parts = Parts {
+                        raw: p.parts.raw.clone(),
+                        path: p.parts.path.clone(),
+                        kind: Kind::File,
+                        header: q.parts.header.clone(),
+                        pax: q.parts.pax.clone(),
+                        link: Vec::new(),
+                    };
+                    self.place(&mut st, (p.layer, p.seq), &parts, &mut content)?;
+                    continue;
+                }
+            }
             let size = if p.parts.kind == Kind::File {
                 p.parts.header.entry_size().unwrap_or(0)
             } else {
                 0
             };
-            let mut data: Box<dyn Read> = match spool.as_mut() {
-                Some(f) if size > 0 => {
-                    f.seek(SeekFrom::Start(p.offset))
-                        .map_err(|e| Error::store("read spool", &self.spool_dir, e))?;
-                    Box::new(f.take(size))
-                }
-                _ => Box::new(io::empty()),
-            };
+            let mut data = spooled(&mut spool, p.offset, size, &self.spool_dir)?;
             self.place(&mut st, (p.layer, p.seq), &p.parts, &mut data)?;
+            if self
+                .emitted
+                .get(&p.parts.path)
+                .is_some_and(|e| e.layer == p.layer && e.seq == p.seq)
+            {
+                placed_files.insert(i);
+            }
         }
         Ok(())
     }
@@ -1100,6 +1143,24 @@ impl<W: Write> Flattener<W> {
             self.record(dir, Kind::Dir, b"", "", (layer, 0));
         }
         Ok(())
+    }
+
+    /// For a pending hard link: the pending file of its layer it points to,
+    /// when that file was not written (an upper layer shadowed it).
+    fn shadowed_link_target(
+        &self,
+        pending: &[Pending],
+        link: &Pending,
+        placed: &HashSet<usize>,
+    ) -> Option<usize> {
+        let target = normalize(&link.digest, &link.parts.link).ok()?;
+        let q = pending.iter().position(|q| {
+            q.layer == link.layer
+                && q.seq < link.seq
+                && q.parts.kind == Kind::File
+                && q.parts.path == target
+        })?;
+        (!placed.contains(&q)).then_some(q)
     }
 
     /// Places what waited for the lower layers, checks pending hard links,

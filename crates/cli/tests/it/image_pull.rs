@@ -316,3 +316,93 @@ fn concurrent_pulls_convert_once() {
         sb.store_entries("tmp")
     );
 }
+
+/// The images of tests/setup/producer_images.sh (umoci insert with its root
+/// entry "/" and unpadded end, tar with `.` and absolute names, a layer
+/// writing below a merged-/usr base's symlinks without listing them,
+/// buildah) pull and equal umoci's unpacking of the same image, root
+/// directory included.
+#[test]
+fn images_of_other_producers_equal_umoci_oracle() {
+    let env = need_env!();
+    let list = fs::read_to_string(env.fixtures().join("producers.txt")).unwrap();
+    let names: Vec<&str> = list.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(names.len() >= 5, "only {names:?} in producers.txt");
+    for name in names {
+        pull_and_compare(name);
+        let sb = Sandbox::new(env);
+        sb.pull(name);
+        let dest = sb.dir.path().join("unpacked");
+        unsquash(
+            &sb.squashfs_of(&format!("{}/berth-test/{name}", env.anon())),
+            &dest,
+        );
+        let mode = |p: &std::path::Path| {
+            use std::os::unix::fs::MetadataExt;
+            fs::metadata(p).unwrap().mode()
+        };
+        assert_eq!(
+            mode(&dest),
+            mode(&env.fixtures().join("oracle").join(name)),
+            "{name}: the root directory's mode"
+        );
+    }
+}
+
+/// What landed below the base's symlinks is where the image's programs
+/// look for it, through the symlinks and in /usr.
+#[test]
+fn writes_through_merged_usr_symlinks_are_seen_through_them() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let img = format!("{}/berth-test/producer-merged-usr", env.anon());
+    sb.pull("producer-merged-usr");
+    let out = sb
+        .run(&[
+            "run",
+            &img,
+            "sh",
+            "-c",
+            "cat /lib/newfile /usr/lib/newfile /bin/newtool /usr/lib/base.txt",
+        ])
+        .ok();
+    assert_eq!(
+        out.stdout(),
+        "written through /lib\nwritten through /lib\nnew tool\nfrom the base\n"
+    );
+    let img = format!("{}/berth-test/producer-buildah", env.anon());
+    sb.pull("producer-buildah");
+    let out = sb
+        .run(&[
+            "run",
+            &img,
+            "sh",
+            "-c",
+            "hello && cat /lib/through-lib /lib/made-through-lib/file",
+        ])
+        .ok();
+    assert_eq!(out.stdout(), "Hello, world!\nwritten through /lib\ndeep\n");
+}
+
+/// `podman build` then `podman save` (docker-archive): imported, it equals
+/// umoci's unpacking of the same image and runs.
+#[test]
+fn podman_saved_archive_imports_and_equals_umoci_oracle() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let archive = env.fixtures().join("producer-podman.docker-archive.tar");
+    sb.run(&[
+        "import",
+        &format!("docker-archive:{}", archive.display()),
+        "producer-podman",
+    ])
+    .ok();
+    let dest = sb.dir.path().join("unpacked");
+    unsquash(&sb.squashfs_of("producer-podman"), &dest);
+    let owners = env.user.is_some();
+    let got = snapshot(&dest, owners, &[]);
+    let want = snapshot(&env.fixtures().join("oracle/producer-podman"), owners, &[]);
+    assert_same(&got, &want, "producer-podman");
+    let out = sb.run(&["run", "producer-podman"]).ok();
+    assert_eq!(out.stdout(), "written through /lib\n");
+}

@@ -747,3 +747,16 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn hard_link_keeps_old_content_when_a_deferred_entry_overwrites_its_target() {
+    // The upper layer does not list d/, so its d/t waits; the lower d/t is
+    // held back with it, and the lower hard link to it too.
+    let (t, _) = flatten(&[
+        layer(&[E::Dir("d"), E::File("d/t", "old"), E::Hard("d/l", "d/t")]),
+        layer(&[E::File("d/t", "new")]),
+    ])
+    .unwrap();
+    assert_eq!(t.get("d/t"), Some(&Node::File("new".into())));
+    assert_eq!(t.get("d/l"), Some(&Node::File("old".into())));
+}

@@ -129,8 +129,113 @@ pub fn clean(p: &str) -> String {
 /// A COPY source matched in a root: its path relative to the root.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Match {
-    /// Relative path (empty: the root itself).
+    /// Relative path as named (empty: the root itself); a copy into a
+    /// directory takes its last component as the name.
     pub rel: String,
+    /// Where it is read from: `rel` with every symlink resolved inside the
+    /// root ([`resolve_in_scope`]), so no read leaves the root.
+    pub src: String,
+}
+
+/// As BuildKit resolves COPY sources: `rel`'s symlinks (the last one
+/// included) are followed with `root` as the root, so an absolute target
+/// starts again at `root` and a `..` stops there; nothing outside `root` is
+/// ever reached. Returns the resolved path relative to `root` (components
+/// that do not exist are kept as named). A loop is an error.
+pub fn resolve_in_scope(root: &Path, rel: &str) -> Result<String> {
+    follow_in_root(root, rel, AtRoot::Stay).map_err(|e| match e {
+        Unresolved::Read(path, e) => Error::io("read", path, e),
+        other => Error::Source(format!("{rel}: {other} in the build context")),
+    })
+}
+
+/// What a `..` does at the root in [`follow_in_root`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AtRoot {
+    /// Stays at the root (BuildKit's scope, a chroot).
+    Stay,
+    /// Is refused (layer entries: nothing may climb out).
+    Refuse,
+}
+
+/// Why [`follow_in_root`] gave up.
+#[derive(Debug)]
+pub enum Unresolved {
+    /// A `..` climbed above the root ([`AtRoot::Refuse`]).
+    AboveRoot,
+    /// More than 255 symlinks: a loop.
+    Loop,
+    /// A symlink could not be read.
+    Read(PathBuf, std::io::Error),
+}
+
+impl std::fmt::Display for Unresolved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unresolved::AboveRoot => {
+                write!(f, "lies below a symlink whose target climbs above the root")
+            }
+            Unresolved::Loop => write!(f, "too many levels of symlinks"),
+            Unresolved::Read(p, e) => write!(f, "cannot read the symlink {}: {e}", p.display()),
+        }
+    }
+}
+
+/// `rel` below `root` with every symlink on the way (the last one too)
+/// followed inside `root`: an absolute target starts again at `root`, and
+/// `..` at the root does what `at_root` says. Components that do not exist
+/// are kept as named. Returns the path relative to `root`.
+pub fn follow_in_root(
+    root: &Path,
+    rel: &str,
+    at_root: AtRoot,
+) -> std::result::Result<String, Unresolved> {
+    let mut todo: Vec<String> = rel
+        .split('/')
+        .filter(|c| !c.is_empty())
+        .rev()
+        .map(String::from)
+        .collect();
+    let mut cur: Vec<String> = Vec::new();
+    let mut hops = 0;
+    while let Some(c) = todo.pop() {
+        match c.as_str() {
+            "." => continue,
+            ".." => {
+                if cur.pop().is_none() && at_root == AtRoot::Refuse {
+                    return Err(Unresolved::AboveRoot);
+                }
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(c);
+        let here = root.join(cur.join("/"));
+        let Ok(meta) = fs::symlink_metadata(&here) else {
+            continue;
+        };
+        if !meta.file_type().is_symlink() {
+            continue;
+        }
+        hops += 1;
+        if hops > 255 {
+            return Err(Unresolved::Loop);
+        }
+        let target = fs::read_link(&here).map_err(|e| Unresolved::Read(here.clone(), e))?;
+        let target = target.to_string_lossy().into_owned();
+        cur.pop();
+        if target.starts_with('/') {
+            cur.clear();
+        }
+        todo.extend(
+            target
+                .split('/')
+                .filter(|c| !c.is_empty())
+                .rev()
+                .map(String::from),
+        );
+    }
+    Ok(cur.join("/"))
 }
 
 /// Expands COPY `source` (a path or glob, relative to `root`; `..` cannot
@@ -139,24 +244,31 @@ pub fn expand_source(root: &Path, source: &str, ignore: &Ignore) -> Result<Vec<M
     let cleaned = clean(source);
     let has_glob = cleaned.contains(['*', '?', '[']);
     if !has_glob {
-        let path = root.join(&cleaned);
-        if fs::symlink_metadata(&path).is_err()
+        let src = resolve_in_scope(root, &cleaned)?;
+        if fs::symlink_metadata(root.join(&src)).is_err()
             || (!cleaned.is_empty() && ignore.excludes(&cleaned))
+            || (!src.is_empty() && ignore.excludes(&src))
         {
             return Err(Error::Source(format!(
-                "{source}: not found in the build context (or excluded by .dockerignore)"
+                "{source}: not found in the build context (or excluded by .dockerignore; symlinks are followed inside the context only)"
             )));
         }
-        return Ok(vec![Match { rel: cleaned }]);
+        return Ok(vec![Match { rel: cleaned, src }]);
     }
-    let mut found = Vec::new();
+    let mut named = Vec::new();
     walk(root, "", &mut |rel, _| {
         if glob_match(&cleaned, rel) && !ignore.excludes(rel) {
-            found.push(Match {
-                rel: rel.to_string(),
-            });
+            named.push(rel.to_string());
         }
     })?;
+    let mut found = Vec::new();
+    for rel in named {
+        let src = resolve_in_scope(root, &rel)?;
+        // A link to nothing (in the context) is skipped, as a glob would.
+        if fs::symlink_metadata(root.join(&src)).is_ok() && !ignore.excludes(&src) {
+            found.push(Match { rel, src });
+        }
+    }
     if found.is_empty() {
         return Err(Error::Source(format!(
             "{source}: no file in the build context matches"
@@ -201,9 +313,10 @@ pub fn walk(root: &Path, rel: &str, f: &mut dyn FnMut(&str, &fs::Metadata)) -> R
 /// contents (not times or owners: the copy sets those), for the cache key.
 pub fn hash_sources(root: &Path, matches: &[Match], ignore: &Ignore) -> Result<String> {
     let mut h = Sha256::new();
-    let mut add = |rel: &str, meta: &fs::Metadata| -> Result<()> {
+    // `name` goes into the key, `rel` is read.
+    let mut add = |name: &str, rel: &str, meta: &fs::Metadata| -> Result<()> {
         let path = root.join(rel);
-        h.update(rel.as_bytes());
+        h.update(name.as_bytes());
         h.update([0]);
         h.update(format!("{:o}", meta.mode()).as_bytes());
         if meta.file_type().is_symlink() {
@@ -224,18 +337,18 @@ pub fn hash_sources(root: &Path, matches: &[Match], ignore: &Ignore) -> Result<S
         Ok(())
     };
     for m in matches {
-        let path = root.join(&m.rel);
+        let path = root.join(&m.src);
         let meta = fs::symlink_metadata(&path).map_err(|e| Error::io("inspect", &path, e))?;
-        add(&m.rel, &meta)?;
+        add(&m.rel, &m.src, &meta)?;
         if meta.is_dir() {
             let mut below = Vec::new();
-            walk(root, &m.rel, &mut |rel, meta| {
+            walk(root, &m.src, &mut |rel, meta| {
                 if !ignore.excludes(rel) {
                     below.push((rel.to_string(), meta.clone()));
                 }
             })?;
             for (rel, meta) in below {
-                add(&rel, &meta)?;
+                add(&rel, &rel, &meta)?;
             }
         }
     }
@@ -297,6 +410,62 @@ mod tests {
         assert!(!i.excludes("keep.log"));
         assert!(i.excludes("build/a/b"));
         assert!(!i.excludes("src/main.c"));
+    }
+
+    #[test]
+    fn copy_sources_resolve_symlinks_inside_the_context() {
+        let t = tempfile::tempdir().unwrap();
+        let outside = t.path().join("outside");
+        let ctx = t.path().join("ctx");
+        fs::create_dir_all(outside.join("secret")).unwrap();
+        fs::write(outside.join("secret/key"), "private").unwrap();
+        fs::create_dir_all(ctx.join("sub")).unwrap();
+        fs::write(ctx.join("sub/file"), "inside").unwrap();
+        let ln =
+            |target: &str, name: &str| std::os::unix::fs::symlink(target, ctx.join(name)).unwrap();
+        ln("../outside", "rel-out");
+        ln("../../../../../../../..", "deep-up");
+        ln(outside.to_str().unwrap(), "abs-out");
+        ln("sub", "in");
+        ln("/sub/file", "abs-in");
+        let ignore = Ignore::parse("");
+        // Inside symlinks work, absolute ones start at the context.
+        let m = expand_source(&ctx, "in/file", &ignore).unwrap();
+        assert_eq!(
+            (m[0].rel.as_str(), m[0].src.as_str()),
+            ("in/file", "sub/file")
+        );
+        assert_eq!(
+            expand_source(&ctx, "abs-in", &ignore).unwrap()[0].src,
+            "sub/file"
+        );
+        // Links out of the context never reach outside it.
+        for s in [
+            "rel-out/secret/key",
+            "deep-up/outside/secret/key",
+            "abs-out/secret/key",
+            "rel-out",
+        ] {
+            match expand_source(&ctx, s, &ignore) {
+                Err(e) => assert!(e.to_string().contains("not found"), "{s}: {e}"),
+                Ok(m) => {
+                    assert!(!ctx.join(&m[0].src).starts_with(&outside), "{s}: {m:?}");
+                    let h = hash_sources(&ctx, &m, &ignore).unwrap();
+                    assert!(!h.is_empty());
+                }
+            }
+        }
+        // `deep-up/sub/file` climbs to the context's root and stops there.
+        assert_eq!(
+            expand_source(&ctx, "deep-up/sub/file", &ignore).unwrap()[0].src,
+            "sub/file"
+        );
+        // Globs match links; they resolve in the context too.
+        let m = expand_source(&ctx, "abs-*", &ignore).unwrap();
+        assert!(
+            m.iter().all(|m| !ctx.join(&m.src).starts_with(&outside)),
+            "{m:?}"
+        );
     }
 
     #[test]

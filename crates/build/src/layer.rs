@@ -336,55 +336,9 @@ fn normalize(raw: &str) -> Option<String> {
 /// again at `root`, a target that climbs above it is refused, as is a loop.
 /// The result has no symlink below `root`, so writing there stays inside.
 pub fn resolve_parent(root: &Path, rel: &str) -> std::result::Result<PathBuf, String> {
-    let mut todo: Vec<String> = rel
-        .split('/')
-        .filter(|c| !c.is_empty())
-        .rev()
-        .map(String::from)
-        .collect();
-    let mut cur: Vec<String> = Vec::new();
-    let mut hops = 0;
-    while let Some(c) = todo.pop() {
-        match c.as_str() {
-            "." => continue,
-            ".." => {
-                if cur.pop().is_none() {
-                    return Err("lies below a symlink whose target climbs above the root".into());
-                }
-                continue;
-            }
-            _ => {}
-        }
-        cur.push(c);
-        let here = cur.iter().fold(root.to_path_buf(), |p, c| p.join(c));
-        let Ok(m) = fs::symlink_metadata(&here) else {
-            continue; // not there yet: created as a directory
-        };
-        if !m.file_type().is_symlink() {
-            continue;
-        }
-        hops += 1;
-        if hops > 40 {
-            return Err(format!(
-                "lies below the symlink loop at {:?}",
-                cur.join("/")
-            ));
-        }
-        let link = fs::read_link(&here)
-            .map_err(|e| format!("cannot read the symlink {}: {e}", here.display()))?;
-        let link = link.to_string_lossy().into_owned();
-        cur.pop();
-        if link.starts_with('/') {
-            cur.clear();
-        }
-        todo.extend(
-            link.split('/')
-                .filter(|c| !c.is_empty())
-                .rev()
-                .map(String::from),
-        );
-    }
-    Ok(cur.iter().fold(root.to_path_buf(), |p, c| p.join(c)))
+    crate::context::follow_in_root(root, rel, crate::context::AtRoot::Refuse)
+        .map(|p| root.join(p))
+        .map_err(|e| e.to_string())
 }
 
 fn remove(p: &Path) {

@@ -626,11 +626,14 @@ fn copy_step(
         rustix::process::fchdir(&src).map_err(|e| format!("enter the sources: {e}"))?;
         let dest_is_dir = into_dir || Path::new(dest).is_dir();
         for m in &matches {
-            let rel = if m.rel.is_empty() {
+            // Read from the source resolved inside its root (the context or
+            // the stage), named as written.
+            let rel = if m.src.is_empty() {
                 ".".to_string()
             } else {
-                m.rel.clone()
+                m.src.clone()
             };
+            let name = Path::new(&m.rel).file_name().unwrap_or_default();
             let meta = fs::symlink_metadata(&rel).map_err(|e| format!("{rel}: {e}"))?;
             if meta.is_dir() {
                 // A destination directory the copy creates belongs to the
@@ -648,7 +651,7 @@ fn copy_step(
                     owner,
                     chmod,
                     ignore,
-                    &m.rel,
+                    &m.src,
                 )?;
             } else if add && meta.is_file() && is_tar(Path::new(&rel)) {
                 fs::create_dir_all(dest).map_err(|e| format!("{dest}: {e}"))?;
@@ -656,7 +659,7 @@ fn copy_step(
             } else {
                 let target = if dest_is_dir {
                     fs::create_dir_all(dest).map_err(|e| format!("{dest}: {e}"))?;
-                    Path::new(dest).join(Path::new(&rel).file_name().unwrap_or_default())
+                    Path::new(dest).join(name)
                 } else {
                     if let Some(p) = Path::new(dest).parent() {
                         fs::create_dir_all(p).map_err(|e| format!("{}: {e}", p.display()))?;

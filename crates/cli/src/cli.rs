@@ -213,6 +213,10 @@ pub struct ContainerArgs {
     /// An annotation KEY=VALUE (OCI hooks' `when` conditions see it).
     #[arg(long = "annotation", value_name = "KEY=VALUE")]
     pub annotations: Vec<String>,
+    /// Security options: seccomp=unconfined turns off the default seccomp
+    /// filter (which denies the terminal-injection ioctls TIOCSTI and TIOCLINUX).
+    #[arg(long = "security-opt", value_name = "seccomp=default|unconfined")]
+    pub security_opt: Vec<String>,
     /// TLS options, for pulling an unknown image.
     #[command(flatten)]
     pub tls: TlsArgs,

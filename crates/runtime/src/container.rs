@@ -89,6 +89,8 @@ pub struct RunSpec {
     /// (so the other ranks do not race it to start one by path); released
     /// as soon as the keeper is there.
     pub startup_lock: Option<std::sync::Arc<std::sync::Mutex<Option<std::fs::File>>>>,
+    /// The seccomp filter the command runs under.
+    pub seccomp: crate::seccomp::Seccomp,
     /// The caller's uid on the host.
     pub uid: u32,
     /// The caller's gid on the host.
@@ -497,7 +499,7 @@ pub(crate) fn child(
     }
     timing.mark("exec");
     timing.report();
-    exec_command(&program, &spec.argv, &env, &spec.env)
+    exec_command(&program, &spec.argv, &env, &spec.env, spec.seccomp)
 }
 
 /// The command's program in the container, or berth's message and exit
@@ -519,15 +521,21 @@ pub(crate) fn resolve_or_exit(
 
 /// The last step in the container: only the descriptors the command must
 /// inherit (stdio, a PMI socket named in `task_env`) stay open, signals
-/// take their defaults, and `program` replaces berth.
+/// take their defaults, the seccomp filter is on, and `program` replaces
+/// berth.
 pub(crate) fn exec_command(
     program: &Path,
     argv: &[String],
     env: &[(String, String)],
     task_env: &[(String, String)],
+    seccomp: crate::seccomp::Seccomp,
 ) -> ! {
     sys::cloexec_all_but(&inherited_fds(task_env));
     sys::reset_signals();
+    if let Err(e) = crate::seccomp::install(seccomp) {
+        eprintln!("berth: error: {e}");
+        sys::exit_now(crate::error::EXIT_BERTH);
+    }
     let err = std::process::Command::new(program)
         .arg0(&argv[0])
         .args(&argv[1..])

@@ -15,6 +15,7 @@ pub mod error;
 pub mod hooks;
 pub mod keeper;
 pub mod rootfs;
+pub mod seccomp;
 pub mod semantics;
 pub mod shared;
 pub mod sys;

@@ -12,7 +12,7 @@
 //! mount onto the host (the runc CVE-2021-30465 family).
 
 use std::fs;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
@@ -245,6 +245,75 @@ fn write_file(path: &Path, text: &str) -> Result<()> {
         .map_err(|e| Error::io("write", path, e))
 }
 
+/// The largest image `/etc/passwd` or `/etc/group` berth reads (real ones
+/// are kilobytes; LDAP-sized dumps a few hundred).
+const IDENTITY_FILE_MAX: u64 = 4 << 20;
+
+/// The image's `etc/NAME` (`passwd`, `group`), read inside the image root:
+/// a symlink is followed in the image, never on the host (an image's
+/// `/etc/passwd -> /proc/self/environ` finds the image's own empty
+/// `/proc`), magic links are refused, and only a regular file of at most
+/// [`IDENTITY_FILE_MAX`] bytes is read (a FIFO or a device would hang or
+/// exhaust berth). Missing (or a dangling link): empty.
+fn read_image_identity_file(image: &Path, name: &str) -> Result<String> {
+    use rustix::io::Errno;
+    let refused = |why: String| {
+        Error::Setup(format!(
+            "the image's /etc/{name} {why}; berth reads only a regular file of at most {} MiB there. Fix the image (its /etc/{name} must be a plain file)",
+            IDENTITY_FILE_MAX >> 20
+        ))
+    };
+    let root = rustix::fs::open(
+        image,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| Error::io("open", image, e.into()))?;
+    let fd = match openat2(
+        root.as_fd(),
+        format!("etc/{name}"),
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT | Errno::NOTDIR) => {
+            // A symlink to nothing in the image (a host path, say): the
+            // entry berth adds could not be mounted there either.
+            let dangling = openat2(
+                root.as_fd(),
+                format!("etc/{name}"),
+                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+                ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+            )
+            .is_ok();
+            if dangling {
+                return Err(refused(
+                    "is a symlink to something the image does not have (symlinks are followed inside the image, never on the host)".into(),
+                ));
+            }
+            return Ok(String::new());
+        }
+        Err(Errno::LOOP) => return Err(refused("is a symlink loop or a /proc magic link".into())),
+        Err(e) => return Err(Error::io("open", image.join("etc").join(name), e.into())),
+    };
+    let st = rustix::fs::fstat(&fd)
+        .map_err(|e| Error::io("stat", image.join("etc").join(name), e.into()))?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(refused("is not a regular file".into()));
+    }
+    if st.st_size as u64 > IDENTITY_FILE_MAX {
+        return Err(refused(format!("is {} bytes", st.st_size)));
+    }
+    let mut text = String::new();
+    fs::File::from(fd)
+        .take(IDENTITY_FILE_MAX)
+        .read_to_string(&mut text)
+        .map_err(|e| Error::io("read", image.join("etc").join(name), e))?;
+    Ok(text)
+}
+
 /// Identity files: the image's file plus our line, when it lacks one.
 fn identity_file(
     image: &Path,
@@ -258,7 +327,7 @@ fn identity_file(
         fields.first().copied().unwrap_or(""),
         fields.get(2).copied().unwrap_or(""),
     );
-    let existing = fs::read_to_string(image.join("etc").join(name)).unwrap_or_default();
+    let existing = read_image_identity_file(image, name)?;
     // Our entry replaces any with the same name or id, so `id` and `whoami`
     // show the caller's name.
     let mut text: String = existing

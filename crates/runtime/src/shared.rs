@@ -105,6 +105,8 @@ pub struct Join {
     pub workdir: String,
     /// See [`RunSpec::argv0_fallback`].
     pub argv0_fallback: bool,
+    /// See [`RunSpec::seccomp`].
+    pub seccomp: crate::seccomp::Seccomp,
 }
 
 /// Whether `key` can name a shared container: 1 to 128 of `A-Za-z0-9._-`,
@@ -224,6 +226,7 @@ pub fn run_shared(spec: &RunSpec, key: &str, image_name: &str, linger: Duration)
             env: spec.env.clone(),
             workdir: spec.workdir.clone(),
             argv0_fallback: spec.argv0_fallback,
+            seccomp: spec.seccomp,
         };
         return join(&info, &job, users);
     }
@@ -701,7 +704,7 @@ fn enter_and_exec(
         .map_err(|e| Error::Setup(format!("no_new_privs: {e}")))?;
     let program =
         container::resolve_or_exit(&job.argv[0], &job.env, &job.workdir, job.argv0_fallback);
-    container::exec_command(&program, &job.argv, &job.env, &job.env)
+    container::exec_command(&program, &job.argv, &job.env, &job.env, job.seccomp)
 }
 
 #[cfg(test)]

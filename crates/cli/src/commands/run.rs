@@ -187,6 +187,22 @@ struct RunBinds {
     all: Vec<Bind>,
 }
 
+/// `--security-opt` values: `seccomp=default|unconfined` (the last wins).
+fn security_options(opts: &[String]) -> Result<berth_runtime::seccomp::Seccomp> {
+    let mut seccomp = berth_runtime::seccomp::Seccomp::Default;
+    for opt in opts {
+        match opt.split_once('=') {
+            Some(("seccomp", v)) => seccomp = berth_runtime::seccomp::Seccomp::parse(v)?,
+            _ => {
+                return Err(anyhow!(
+                    "--security-opt {opt:?}: berth knows seccomp=default and seccomp=unconfined"
+                ))
+            }
+        }
+    }
+    Ok(seccomp)
+}
+
 fn in_mount_order(binds: Vec<Bind>) -> Vec<Bind> {
     let mut dedup: Vec<Bind> = Vec::new();
     for b in binds.into_iter().rev() {
@@ -584,11 +600,22 @@ fn start_once(
     }
     let (passwd_line, group_line) = match mode {
         IdMode::Identity => {
-            let gecos = pw
-                .as_ref()
-                .map(|p| p.gecos.replace(':', " "))
-                .unwrap_or_default();
+            let gecos = pw.as_ref().map(|p| p.gecos.clone()).unwrap_or_default();
             let group = berth_runtime::sys::group_name(gid).unwrap_or_else(|| format!("g{gid}"));
+            // A ':' or a newline would add fields or lines to the
+            // container's /etc/passwd (another user, another home).
+            for (what, value) in [
+                ("home directory ($HOME)", &inside_home),
+                ("GECOS field", &gecos),
+                ("user name", &name),
+                ("group name", &group),
+            ] {
+                if value.contains([':', '\n']) {
+                    return Err(anyhow!(
+                        "your {what} {value:?} holds ':' or a newline, which would corrupt the container's /etc/passwd; run with a HOME (and a user database entry) without them"
+                    ));
+                }
+            }
             (
                 Some(format!(
                     "{name}:x:{uid}:{gid}:{gecos}:{inside_home}:/bin/sh"
@@ -604,7 +631,9 @@ fn start_once(
         .unwrap_or(config.runtime.keeper_idle_seconds);
     let timing =
         c.timing || std::env::var_os("BERTH_TIMING").is_some_and(|v| v != "0" && !v.is_empty());
+    let seccomp = security_options(&c.security_opt)?;
     let spec = RunSpec {
+        seccomp,
         image: img.squashfs_path(),
         image_id: img.record.id.clone(),
         argv,

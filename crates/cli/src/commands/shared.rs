@@ -35,6 +35,7 @@ pub fn exec(args: ExecArgs) -> Result<ExitCode> {
         env,
         workdir: args.workdir.unwrap_or(info.workdir),
         argv0_fallback: false,
+        seccomp: berth_runtime::seccomp::Seccomp::Default,
     };
     match shared::exec(&args.name, &job) {
         Ok(code) => Ok(ExitCode::from(code.clamp(0, 255) as u8)),

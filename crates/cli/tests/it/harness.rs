@@ -83,7 +83,12 @@ pub fn env() -> Option<&'static Env> {
         fs::create_dir_all(&bin_dir).unwrap();
         fs::set_permissions(&bin_dir, fs::Permissions::from_mode(0o755)).unwrap();
         let berth = bin_dir.join("berth");
-        fs::copy(env!("CARGO_BIN_EXE_berth"), &berth).unwrap();
+        // BERTH_IT_BIN runs the suite against another build (an older
+        // commit's, to see a security test fail before its fix).
+        let built = std::env::var_os("BERTH_IT_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_berth")));
+        fs::copy(&built, &berth).unwrap();
         fs::set_permissions(&berth, fs::Permissions::from_mode(0o755)).unwrap();
         let user = if is_root() {
             let name = vars

@@ -20,5 +20,6 @@ mod reliability_faults;
 mod reliability_load;
 mod runtime_run;
 mod runtime_shared;
+mod security_review;
 mod slurm_spank;
 mod slurm_srun;

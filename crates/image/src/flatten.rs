@@ -198,15 +198,16 @@ struct LayerState {
     /// Shadowed files already materialised under another name.
     materialised: HashMap<Vec<u8>, Vec<u8>>,
     spool: Option<File>,
-    /// Whether shadowed files are spooled for this layer's hard links (not
-    /// for entries placed at the end, whose layer is done).
-    spool_shadowed: bool,
+    /// Whether the entries come from the layer's stream (shadowed files are
+    /// then spooled for its hard links, and its whiteouts wait for its
+    /// end), or are placed at the end, when the layer is done.
+    streaming: bool,
     /// Paths of this layer kept for the end: a hard link to one waits too.
     kept: HashSet<Vec<u8>>,
 }
 
 impl LayerState {
-    fn new(digest: &str, spool_shadowed: bool) -> Self {
+    fn new(digest: &str, streaming: bool) -> Self {
         Self {
             digest: digest.to_string(),
             pending_hidden: HashSet::new(),
@@ -216,7 +217,7 @@ impl LayerState {
             spooled: HashMap::new(),
             materialised: HashMap::new(),
             spool: None,
-            spool_shadowed,
+            streaming,
             kept: HashSet::new(),
         }
     }
@@ -303,6 +304,27 @@ fn keep_topmost(map: &mut HashMap<Vec<u8>, usize>, path: Vec<u8>, layer: usize) 
     map.entry(path)
         .and_modify(|l| *l = (*l).min(layer))
         .or_insert(layer);
+}
+
+/// Appends `data` to `spool` (made in `dir` on first use); returns where it
+/// starts. `layer` names the stream in errors.
+fn append_to_spool(
+    spool: &mut Option<File>,
+    dir: &Path,
+    data: &mut dyn Read,
+    layer: &str,
+) -> Result<u64> {
+    let file = match spool {
+        Some(f) => f,
+        None => spool.insert(
+            tempfile::tempfile_in(dir).map_err(|e| Error::store("create spool file in", dir, e))?,
+        ),
+    };
+    let offset = file
+        .seek(SeekFrom::End(0))
+        .map_err(|e| Error::store("write spool", dir, e))?;
+    io::copy(data, file).map_err(|e| io_err(layer, e))?;
+    Ok(offset)
 }
 
 /// The `size` bytes at `offset` of the pending spool (nothing for none).
@@ -597,6 +619,15 @@ impl<W: Write> Flattener<W> {
         self.place(st, (self.layer, seq), &parts, &mut entry)
     }
 
+    /// Where an emitted non-directory that is not a symlink is, as
+    /// (layer, seq): what [`Defs`] asks of the flattener.
+    fn emitted_other(&self, path: &[u8]) -> Option<(usize, u64)> {
+        self.emitted
+            .get(path)
+            .filter(|e| !matches!(e.kind, Kind::Dir | Kind::Symlink))
+            .map(|e| (e.layer, e.seq))
+    }
+
     /// Records a directory or symlink for resolving later entries' parents.
     fn define(&mut self, parts: &Parts, layer: usize, seq: u64) {
         match parts.kind {
@@ -626,12 +657,7 @@ impl<W: Write> Flattener<W> {
         seq: u64,
         path: &[u8],
     ) -> Result<Vec<u8>> {
-        let emitted = |p: &[u8]| {
-            self.emitted
-                .get(p)
-                .filter(|e| !matches!(e.kind, Kind::Dir | Kind::Symlink))
-                .map(|e| (e.layer, e.seq))
-        };
+        let emitted = |p: &[u8]| self.emitted_other(p);
         self.defs
             .resolve(&emitted, layer, seq, path)
             .map_err(|why| match why {
@@ -677,20 +703,12 @@ impl<W: Write> Flattener<W> {
         parts: Parts,
         data: &mut dyn Read,
     ) -> Result<()> {
-        if self.pending_spool.is_none() {
-            let f = tempfile::tempfile_in(&self.spool_dir)
-                .map_err(|e| Error::store("create spool file in", &self.spool_dir, e))?;
-            self.pending_spool = Some(f);
-        }
-        let Some(spool) = self.pending_spool.as_mut() else {
-            return Ok(());
+        let data: &mut dyn Read = if parts.kind == Kind::File {
+            data
+        } else {
+            &mut io::empty()
         };
-        let offset = spool
-            .seek(SeekFrom::End(0))
-            .map_err(|e| Error::store("write spool", &self.spool_dir, e))?;
-        if parts.kind == Kind::File {
-            io::copy(data, spool).map_err(|e| io_err(&st.digest, e))?;
-        }
+        let offset = append_to_spool(&mut self.pending_spool, &self.spool_dir, data, &st.digest)?;
         st.kept.insert(parts.path.clone());
         self.pending.push(Pending {
             layer: self.layer,
@@ -746,13 +764,13 @@ impl<W: Write> Flattener<W> {
             if p.kind != Kind::Dir {
                 // Though replaced itself, this non-directory replaced what
                 // lower layers had at this path, subtree included.
-                if st.spool_shadowed {
+                if st.streaming {
                     st.pending_hidden.insert(path.to_vec());
                 } else {
                     keep_topmost(&mut self.hidden, path.to_vec(), layer);
                 }
             }
-            if p.kind == Kind::File && st.spool_shadowed {
+            if p.kind == Kind::File && st.streaming {
                 self.spool(st, path, &p.header, &p.pax, data)?;
             }
             return Ok(());
@@ -762,7 +780,7 @@ impl<W: Write> Flattener<W> {
             if e.kind == Kind::Dir && p.kind == Kind::Dir {
                 return Ok(());
             }
-            if !st.spool_shadowed {
+            if !st.streaming {
                 // A deferred entry reached an earlier, already written
                 // entry of its own layer through a symlink.
                 return Err(Error::BadImage(format!(
@@ -951,18 +969,7 @@ impl<W: Write> Flattener<W> {
         pax: &[(String, Vec<u8>)],
         data: &mut dyn Read,
     ) -> Result<()> {
-        if st.spool.is_none() {
-            let f = tempfile::tempfile_in(&self.spool_dir)
-                .map_err(|e| Error::store("create spool file in", &self.spool_dir, e))?;
-            st.spool = Some(f);
-        }
-        let Some(spool) = st.spool.as_mut() else {
-            return Ok(());
-        };
-        let offset = spool
-            .seek(SeekFrom::End(0))
-            .map_err(|e| Error::store("write spool", &self.spool_dir, e))?;
-        io::copy(data, spool).map_err(|e| io_err(&st.digest, e))?;
+        let offset = append_to_spool(&mut st.spool, &self.spool_dir, data, &st.digest)?;
         st.spooled.insert(
             path.to_vec(),
             Spooled {
@@ -1051,12 +1058,7 @@ impl<W: Write> Flattener<W> {
         // An entry of one layer that a later one of the same layer undoes
         // (the same path reached through symlinks, or a non-directory at a
         // parent) is gone, as on extraction.
-        let emitted = |p: &[u8]| {
-            self.emitted
-                .get(p)
-                .filter(|e| !matches!(e.kind, Kind::Dir | Kind::Symlink))
-                .map(|e| (e.layer, e.seq))
-        };
+        let emitted = |p: &[u8]| self.emitted_other(p);
         let undone: HashSet<usize> = pending
             .iter()
             .enumerate()

@@ -16,9 +16,12 @@ fn dropped_devices(env: &crate::harness::Env, image: &str) -> Vec<String> {
         .collect()
 }
 
-/// Pulls `name` and compares its squashfs tree with the oracle rootfs.
-fn pull_and_compare(name: &str) {
-    let env = need_env!();
+/// Pulls `name` and compares its squashfs tree with the oracle rootfs;
+/// returns the sandbox and where the tree was unpacked.
+fn pull_and_compare(
+    env: &'static crate::harness::Env,
+    name: &str,
+) -> (Sandbox, std::path::PathBuf) {
     let sb = Sandbox::new(env);
     let out = sb.pull(name);
     let id = out.stdout().trim().to_string();
@@ -36,26 +39,31 @@ fn pull_and_compare(name: &str) {
     let got = snapshot(&dest, owners, &[]);
     let want = snapshot(&env.fixtures().join("oracle").join(name), owners, &skip);
     assert_same(&got, &want, name);
+    (sb, dest)
 }
 
 #[test]
 fn layers_image_equals_umoci_oracle() {
-    pull_and_compare("layers");
+    let env = need_env!();
+    let _ = pull_and_compare(env, "layers");
 }
 
 #[test]
 fn hostfiles_image_equals_umoci_oracle() {
-    pull_and_compare("hostfiles");
+    let env = need_env!();
+    let _ = pull_and_compare(env, "hostfiles");
 }
 
 #[test]
 fn docker_schema2_image_equals_umoci_oracle() {
-    pull_and_compare("docker-v2s2");
+    let env = need_env!();
+    let _ = pull_and_compare(env, "docker-v2s2");
 }
 
 #[test]
 fn multiarch_index_picks_host_platform() {
-    pull_and_compare("multiarch");
+    let env = need_env!();
+    let _ = pull_and_compare(env, "multiarch");
 }
 
 fn platform_file(sb: &Sandbox, image: &str) -> String {
@@ -329,14 +337,7 @@ fn images_of_other_producers_equal_umoci_oracle() {
     let names: Vec<&str> = list.lines().filter(|l| !l.trim().is_empty()).collect();
     assert!(names.len() >= 5, "only {names:?} in producers.txt");
     for name in names {
-        pull_and_compare(name);
-        let sb = Sandbox::new(env);
-        sb.pull(name);
-        let dest = sb.dir.path().join("unpacked");
-        unsquash(
-            &sb.squashfs_of(&format!("{}/berth-test/{name}", env.anon())),
-            &dest,
-        );
+        let (_sb, dest) = pull_and_compare(env, name);
         let mode = |p: &std::path::Path| {
             use std::os::unix::fs::MetadataExt;
             fs::metadata(p).unwrap().mode()
@@ -355,33 +356,23 @@ fn images_of_other_producers_equal_umoci_oracle() {
 fn writes_through_merged_usr_symlinks_are_seen_through_them() {
     let env = need_env!();
     let sb = Sandbox::new(env);
-    let img = format!("{}/berth-test/producer-merged-usr", env.anon());
-    sb.pull("producer-merged-usr");
-    let out = sb
-        .run(&[
-            "run",
-            &img,
-            "sh",
-            "-c",
+    for (name, script, want) in [
+        (
+            "producer-merged-usr",
             "cat /lib/newfile /usr/lib/newfile /bin/newtool /usr/lib/base.txt",
-        ])
-        .ok();
-    assert_eq!(
-        out.stdout(),
-        "written through /lib\nwritten through /lib\nnew tool\nfrom the base\n"
-    );
-    let img = format!("{}/berth-test/producer-buildah", env.anon());
-    sb.pull("producer-buildah");
-    let out = sb
-        .run(&[
-            "run",
-            &img,
-            "sh",
-            "-c",
+            "written through /lib\nwritten through /lib\nnew tool\nfrom the base\n",
+        ),
+        (
+            "producer-buildah",
             "hello && cat /lib/through-lib /lib/made-through-lib/file",
-        ])
-        .ok();
-    assert_eq!(out.stdout(), "Hello, world!\nwritten through /lib\ndeep\n");
+            "Hello, world!\nwritten through /lib\ndeep\n",
+        ),
+    ] {
+        let img = format!("{}/berth-test/{name}", env.anon());
+        sb.pull(name);
+        let out = sb.run(&["run", &img, "sh", "-c", script]).ok();
+        assert_eq!(out.stdout(), want, "{name}");
+    }
 }
 
 /// `podman build` then `podman save` (docker-archive): imported, it equals

@@ -64,6 +64,14 @@ fn raw_header(name: &str, kind: EntryType, size: u64, link: &str) -> Header {
     h
 }
 
+/// The flattened output of one layer given as tar bytes.
+fn flatten_raw(layer: &[u8]) -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut f = Flattener::new(Vec::new(), dir.path());
+    f.add_layer("l", layer).unwrap();
+    f.finish().unwrap().0
+}
+
 fn layer_owned(entries: &[OwnedE]) -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
     for e in entries {
@@ -491,11 +499,7 @@ fn the_root_entry_gives_the_roots_attributes() {
     h.set_uid(12);
     h.set_cksum();
     b.append(&h, &b""[..]).unwrap();
-    let l = b.into_inner().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut f = Flattener::new(Vec::new(), dir.path());
-    f.add_layer("l", &l[..]).unwrap();
-    let (out, _) = f.finish().unwrap();
+    let out = flatten_raw(&b.into_inner().unwrap());
     let mut ar = tar::Archive::new(&out[..]);
     let e = ar.entries().unwrap().next().unwrap().unwrap();
     assert_eq!(&e.path_bytes()[..], b"./");
@@ -615,11 +619,7 @@ fn xattrs_pass_through() {
     let mut h = raw_header("f", EntryType::Regular, 1, "");
     h.set_cksum();
     b.append(&h, &b"1"[..]).unwrap();
-    let l = b.into_inner().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut f = Flattener::new(Vec::new(), dir.path());
-    f.add_layer("l", &l[..]).unwrap();
-    let (out, _) = f.finish().unwrap();
+    let out = flatten_raw(&b.into_inner().unwrap());
     let mut ar = tar::Archive::new(&out[..]);
     let mut e = ar.entries().unwrap().next().unwrap().unwrap();
     let exts: Vec<(String, Vec<u8>)> = e

@@ -34,6 +34,9 @@ TOKEN_ISSUER=berth-test-issuer
 REG_USER=berth
 REG_PASS=s3cret-pass
 TEST_USER=berthtest
+# A second unprivileged user: another user of the node, for the attacks
+# of one user on another (a pre-created runtime directory, planted records).
+OTHER_USER=berthother
 SUBID_RANGE=200000:65536
 REPO=berth-test
 
@@ -100,6 +103,11 @@ for f in /etc/subuid /etc/subgid; do
     touch "$f"
     grep -q "^$TEST_USER:" "$f" || echo "$TEST_USER:$SUBID_RANGE" >> "$f"
 done
+
+if ! id -u "$OTHER_USER" >/dev/null 2>&1; then
+    log "creating user $OTHER_USER"
+    useradd --create-home --user-group --shell /bin/bash "$OTHER_USER"
+fi
 
 # --------------------------------------------------------------------------
 # Work dir; stop the registries of a previous run
@@ -384,6 +392,7 @@ BERTH_IT_TOKEN_REALM=http://$TOKEN_SERVER/token
 BERTH_IT_REG_USER=$REG_USER
 BERTH_IT_REG_PASS=$REG_PASS
 BERTH_IT_USER=$TEST_USER
+BERTH_IT_OTHER_USER=$OTHER_USER
 BERTH_IT_FIXTURES=$FIXTURES
 BERTH_IT_REG_ANON_STORAGE=$REG_DIR/anon/storage
 BERTH_IT_REG_AUTH_STORAGE=$REG_DIR/auth/storage

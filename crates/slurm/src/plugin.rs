@@ -3,6 +3,7 @@
 
 use std::error::Error;
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::Command;
 
 use slurm_spank::{Context, Plugin, SpankHandle, SpankOption, SLURM_VERSION_NUMBER, SPANK_PLUGIN};
@@ -266,116 +267,33 @@ unsafe impl Plugin for BerthPlugin {
 
     fn job_epilog(&mut self, spank: &mut SpankHandle) -> Res {
         // Named containers of this job stay after their last task, for the
-        // next step: they go now. Their records are in the user's runtime
-        // directory on this node (the usual places, and those the tasks
-        // noted).
+        // next step: they go now (crate::epilog says what is trusted).
         let uid = spank.job_uid()?;
         let job = spank.job_id()?;
-        let note = note_path(uid, job);
-        let mut bases = vec![
-            format!("/run/user/{uid}/berth"),
-            format!("/tmp/berth-{uid}"),
-        ];
-        if let Ok(meta) = std::fs::symlink_metadata(&note) {
-            use std::os::unix::fs::MetadataExt;
-            if meta.is_file() && meta.uid() == uid {
-                if let Ok(text) = std::fs::read_to_string(&note) {
-                    bases.extend(text.lines().map(str::to_string));
-                }
-            }
-            let _ = std::fs::remove_file(&note);
-        }
-        bases.sort();
-        bases.dedup();
-        let prefix = format!("slurm-{job}-");
-        for base in bases {
-            let Ok(dirs) = std::fs::read_dir(format!("{base}/containers")) else {
-                continue;
-            };
-            for d in dirs.flatten() {
-                if !d.file_name().to_string_lossy().starts_with(&prefix) {
-                    continue;
-                }
-                let Ok(info) = std::fs::read_to_string(d.path().join("info.json")) else {
-                    continue;
-                };
-                // The record is the user's to write: signal only a process
-                // of that user whose start time matches.
-                if let Some((pid, start)) = holder(&info) {
-                    if start_time(pid) == Some(start) && proc_uid(pid) == Some(uid) {
-                        // SAFETY: kill(2) with a pid and a signal number
-                        // touches no memory.
-                        unsafe {
-                            libc::kill(pid, libc::SIGKILL);
-                        }
-                    }
-                }
-            }
-        }
+        let berth = Path::new(&self.berth);
+        let berth = berth.is_absolute().then_some(berth);
+        crate::epilog::remove_named_containers(uid, job, berth);
         Ok(())
     }
-}
-
-/// Where a task notes the runtime directory its named containers live in,
-/// for the job epilog (which does not see the job's environment).
-fn note_path(uid: u32, job: u32) -> String {
-    format!("/tmp/berth-slurm-{uid}-{job}.dirs")
 }
 
 /// Notes berth's runtime directory for this task (as berth chooses it:
 /// `$XDG_RUNTIME_DIR/berth`, else `/tmp/berth-UID`).
 fn note_state_dir(env: &[(String, String)], job: u32) {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     let uid = own_uid();
     let dir = env
         .iter()
         .find(|(k, _)| k == "XDG_RUNTIME_DIR")
         .map(|(_, v)| v.clone())
-        .filter(|v| !v.is_empty() && std::path::Path::new(v).is_dir())
+        .filter(|v| !v.is_empty() && Path::new(v).is_dir())
         .map(|v| format!("{v}/berth"))
         .unwrap_or_else(|| format!("/tmp/berth-{uid}"));
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(note_path(uid, job))
-    {
-        let _ = writeln!(f, "{dir}");
+    if let Err(e) = crate::epilog::note_state_dir(&dir, uid, job) {
+        eprintln!("berth plugin: warning: {e}");
     }
 }
 
 fn own_uid() -> u32 {
     // SAFETY: getuid(2) cannot fail and touches no memory.
     unsafe { libc::getuid() }
-}
-
-fn proc_uid(pid: i32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
-/// The holder's pid and start time in a container record (`info.json`).
-fn holder(info: &str) -> Option<(i32, u64)> {
-    let num = |key: &str| -> Option<u64> {
-        let rest = info.split(&format!("\"{key}\":")).nth(1)?;
-        rest.trim_start()
-            .split(|c: char| !c.is_ascii_digit())
-            .next()?
-            .parse()
-            .ok()
-    };
-    Some((i32::try_from(num("pid")?).ok()?, num("start_time")?))
-}
-
-fn start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split(' ').nth(19)?.parse().ok()
 }

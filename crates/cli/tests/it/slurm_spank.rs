@@ -6,6 +6,7 @@
 //! container across steps, and errors in srun's own output.
 
 use std::fs;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 
 use crate::harness::{slurm_plugin_installed, Out, Sandbox};
@@ -309,4 +310,133 @@ fn spank_errors_reach_srun_and_stop_the_step() {
         assert_ne!(out.code(), 0, "{opt}");
         assert!(out.stderr().contains(says), "{opt}: {}", out.stderr());
     }
+}
+
+/// The start time of `pid` (field 22 of /proc/PID/stat).
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(19)?.parse().ok()
+}
+
+/// M3, L2 of the security review: the root job epilog reads records in
+/// the job user's runtime directory. The job's own container plants a FIFO
+/// and a symlink to /dev/zero as records (the epilog used to block on the
+/// first and read the second until memory ran out, leaving the node
+/// COMPLETING); another user pre-creates the victim's `/tmp/berth-UID`
+/// with a record naming a process of the victim's (the epilog used to
+/// SIGKILL it). Now the node goes back to idle, the victim lives, and the
+/// job's named container still goes.
+#[test]
+fn the_job_epilog_cannot_be_hung_or_steered_to_kill() {
+    let _ = need_env!();
+    let Some(sb) = sandbox() else { return };
+    let other = sb.env.var("BERTH_IT_OTHER_USER").to_string();
+    let (ouid, ogid) = (
+        nix_id(&["-u", &other]).expect("the second test user (setup.sh makes it)"),
+        nix_id(&["-g", &other]).unwrap(),
+    );
+    let (uid, _, _) = sb.env.user.clone().expect("tests run as root");
+    // The victim: a process of the test user's, outside any job.
+    let mut victim = sb
+        .command(Path::new("/bin/sleep"), &["300"])
+        .spawn()
+        .unwrap();
+    let vpid = victim.id();
+    let vstart = start_time(vpid).unwrap();
+    let planted_base = Path::new("/tmp").join(format!("berth-{uid}"));
+    let _ = fs::remove_dir_all(&planted_base);
+
+    let work = sb.dir.path().join("m3");
+    fs::create_dir_all(&work).unwrap();
+    let img = image(&sb, "debian-python");
+    let script = format!(
+        "set -e; srun -N1 -w n1 --container-name=dev {img} true; \
+         d=$XDG_RUNTIME_DIR/berth/containers; j=$SLURM_JOB_ID; \
+         mkdir -p $d/slurm-$j-fifo $d/slurm-$j-zero; mkfifo $d/slurm-$j-fifo/info.json; \
+         ln -s /dev/zero $d/slurm-$j-zero/info.json; \
+         echo $j > {w}/jobid; while [ ! -e {w}/go ]; do sleep 0.1; done",
+        w = work.display()
+    );
+    sb.chown_to_user(&work);
+    let mut c = sb.command(
+        Path::new("/usr/bin/salloc"),
+        &["-N1", "-w", "n1", "sh", "-c", &script],
+    );
+    c.env("SLURM_CONF", sb.env.var("BERTH_IT_SLURM_CONF"));
+    let job = c
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let jobid = loop {
+        if let Ok(j) = fs::read_to_string(work.join("jobid")) {
+            if !j.trim().is_empty() {
+                break j.trim().to_string();
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the job did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    // The other user's planted runtime directory and record.
+    let plant = format!(
+        "mkdir -p {b}/containers/slurm-{jobid}-x && \
+         printf '{{\"pid\":{vpid},\"start_time\":{vstart}}}' > {b}/containers/slurm-{jobid}-x/info.json",
+        b = planted_base.display()
+    );
+    let st = std::process::Command::new("sh")
+        .args(["-c", &plant])
+        .uid(ouid)
+        .gid(ogid)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    fs::write(work.join("go"), "").unwrap();
+    let out = job.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "salloc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The node finishes its epilog and is idle again.
+    let idle = (0..150).any(|_| {
+        let s = slurm(&sb, "/usr/bin/sinfo", &["-h", "-n", "n1", "-o", "%T"]).stdout();
+        if s.trim() == "idle" {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        false
+    });
+    let listed = sb.run(&["ps", "-q"]).stdout();
+    // (A killed child stays a zombie with its start time: ask wait.)
+    let alive = victim.try_wait().unwrap().is_none();
+    // Unblock an epilog stuck on the FIFO (the old plugin), then clean up.
+    let fifo = format!(
+        "{}/berth/containers/slurm-{jobid}-fifo/info.json",
+        sb.dir.path().join("run").display()
+    );
+    let _ = std::process::Command::new("sh")
+        .args(["-c", &format!("timeout 2 sh -c 'echo {{}} > {fifo}'")])
+        .status();
+    let _ = victim.kill();
+    let _ = victim.wait();
+    let _ = fs::remove_dir_all(&planted_base);
+    assert!(idle, "the node stayed busy after the job: its epilog hung");
+    assert!(alive, "the epilog killed another process of the user's");
+    assert_eq!(
+        listed.trim(),
+        "",
+        "the job's named container was not removed"
+    );
+}
+
+/// `id ARGS` as a number.
+fn nix_id(args: &[&str]) -> Option<u32> {
+    let out = std::process::Command::new("id").args(args).output().ok()?;
+    String::from_utf8_lossy(&out.stdout).trim().parse().ok()
 }

@@ -1,0 +1,287 @@
+//! The job epilog's work (as root, on each node): the job's named
+//! containers go. Their records live in the job user's runtime directory,
+//! which that user (and their containers) can write, so nothing found
+//! there is trusted:
+//!
+//! - a directory is opened without following a symlink and used only if
+//!   it belongs to the job user and nobody else can write it (a runtime
+//!   directory another user pre-created is skipped);
+//! - a record is read only if it is a regular file of the job user's of at
+//!   most [`MAX_RECORD`] bytes, opened non-blocking (a FIFO or a symlink to
+//!   `/dev/zero` in its place cannot hang or exhaust the epilog);
+//! - a process is signalled only if it is a berth holder (`berth
+//!   __holder`, the plugin's berth binary where it is known) of the job
+//!   user whose start time is the record's, through a pidfd taken and
+//!   checked again before the signal, so a reused pid is never hit.
+//!
+//! The task side notes its runtime directory in [`note_path`] for the
+//! epilog (which does not see the job's environment), in a file created
+//! without following a symlink and used only if it is the user's own.
+
+use std::ffi::CString;
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// The largest record or note the epilog reads.
+pub const MAX_RECORD: u64 = 64 * 1024;
+
+/// Where a task notes the runtime directory its named containers live in.
+pub fn note_path(uid: u32, job: u32) -> PathBuf {
+    PathBuf::from(format!("/tmp/berth-slurm-{uid}-{job}.dirs"))
+}
+
+/// `openat(dir, path, flags)`, with `O_CLOEXEC | O_NOFOLLOW | O_NOCTTY`.
+fn open_at(dir: Option<&OwnedFd>, path: &Path, flags: libc::c_int) -> Option<OwnedFd> {
+    let c = CString::new(path.as_os_str().as_bytes()).ok()?;
+    let base = dir.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
+    let flags = flags | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NOCTTY;
+    // SAFETY: `c` is a NUL-terminated string that outlives the call; the
+    // mode argument is read only with O_CREAT.
+    let fd = unsafe { libc::openat(base, c.as_ptr(), flags, 0o600 as libc::c_uint) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: openat returned a new descriptor that nothing else owns.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The metadata of an open descriptor.
+fn meta(fd: &OwnedFd) -> Option<std::fs::Metadata> {
+    std::fs::metadata(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()
+}
+
+/// A directory of `uid`'s that nobody else can write, opened.
+fn private_dir(parent: Option<&OwnedFd>, path: &Path, uid: u32) -> Option<OwnedFd> {
+    let fd = open_at(parent, path, libc::O_RDONLY | libc::O_DIRECTORY)?;
+    let m = meta(&fd)?;
+    (m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0).then_some(fd)
+}
+
+/// At most [`MAX_RECORD`] bytes of a regular file of `uid`'s.
+fn small_file(parent: Option<&OwnedFd>, path: &Path, uid: u32) -> Option<String> {
+    let fd = open_at(parent, path, libc::O_RDONLY | libc::O_NONBLOCK)?;
+    let m = meta(&fd)?;
+    if !m.is_file() || m.uid() != uid || m.len() > MAX_RECORD {
+        return None;
+    }
+    let mut text = String::new();
+    std::fs::File::from(fd)
+        .take(MAX_RECORD)
+        .read_to_string(&mut text)
+        .ok()?;
+    Some(text)
+}
+
+/// Names of the entries of an open directory.
+fn entries(dir: &OwnedFd) -> Vec<std::ffi::OsString> {
+    std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))
+        .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default()
+}
+
+/// The job's end on this node: kills the holders of job `job`'s named
+/// containers of user `uid` (see the module text). `berth` is the plugin's
+/// berth binary, when it names a file.
+pub fn remove_named_containers(uid: u32, job: u32, berth: Option<&Path>) {
+    let mut bases = vec![
+        PathBuf::from(format!("/run/user/{uid}/berth")),
+        PathBuf::from(format!("/tmp/berth-{uid}")),
+    ];
+    let note = note_path(uid, job);
+    if let Some(text) = small_file(None, &note, uid) {
+        bases.extend(
+            text.lines()
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute() && !p.components().any(|c| c.as_os_str() == "..")),
+        );
+        let _ = std::fs::remove_file(&note);
+    }
+    bases.sort();
+    bases.dedup();
+    let berth_id = berth
+        .and_then(|b| std::fs::metadata(b).ok())
+        .map(|m| (m.dev(), m.ino()));
+    let prefix = format!("slurm-{job}-");
+    for base in bases {
+        // berth's runtime directory is 0700.
+        let Some(base) = private_dir(None, &base, uid)
+            .filter(|d| meta(d).is_some_and(|m| m.mode() & 0o077 == 0))
+        else {
+            continue;
+        };
+        let Some(containers) = private_dir(Some(&base), Path::new("containers"), uid) else {
+            continue;
+        };
+        for name in entries(&containers) {
+            if !name.to_string_lossy().starts_with(&prefix) {
+                continue;
+            }
+            let Some(dir) = private_dir(Some(&containers), Path::new(&name), uid) else {
+                continue;
+            };
+            let Some(info) = small_file(Some(&dir), Path::new("info.json"), uid) else {
+                continue;
+            };
+            if let Some((pid, start)) = holder(&info) {
+                kill_holder(pid, start, uid, berth_id);
+            }
+        }
+    }
+}
+
+/// Whether `pid` is, right now, a berth holder of `uid` started at `start`.
+fn is_holder(pid: i32, start: u64, uid: u32, berth: Option<(u64, u64)>) -> bool {
+    if start_time(pid) != Some(start) || proc_uid(pid) != Some(uid) {
+        return false;
+    }
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    if cmdline.split(|b| *b == 0).nth(1) != Some(b"__holder".as_slice()) {
+        return false;
+    }
+    match berth {
+        Some(id) => {
+            std::fs::metadata(format!("/proc/{pid}/exe")).is_ok_and(|m| (m.dev(), m.ino()) == id)
+        }
+        None => true,
+    }
+}
+
+/// SIGKILLs a verified holder through a pidfd (checked again once the
+/// pidfd pins the process).
+fn kill_holder(pid: i32, start: u64, uid: u32, berth: Option<(u64, u64)>) {
+    if pid <= 1 || !is_holder(pid, start, uid, berth) {
+        return;
+    }
+    // SAFETY: pidfd_open takes a pid and flags and returns a descriptor.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return;
+    }
+    // SAFETY: the syscall returned a new descriptor that nothing else owns.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    if !is_holder(pid, start, uid, berth) {
+        return;
+    }
+    // SAFETY: pidfd_send_signal with an open pidfd, a signal number, no
+    // siginfo and no flags touches no memory of ours.
+    unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        );
+    }
+}
+
+/// Notes the task's berth runtime directory `dir` for the epilog. The
+/// note is created without following a symlink, and written only if it is
+/// a regular file of ours; otherwise the reason is returned (another user
+/// made the file first).
+pub fn note_state_dir(dir: &str, uid: u32, job: u32) -> Result<(), String> {
+    use std::io::Write;
+    let note = note_path(uid, job);
+    let fd =
+        open_at(None, &note, libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT).ok_or_else(|| {
+            format!(
+                "cannot open {}: {}",
+                note.display(),
+                std::io::Error::last_os_error()
+            )
+        })?;
+    let m = meta(&fd).ok_or_else(|| format!("cannot inspect {}", note.display()))?;
+    if !m.is_file() || m.uid() != uid {
+        return Err(format!(
+            "{} is not a file of yours (owner {}); the job's named containers may outlive it",
+            note.display(),
+            m.uid()
+        ));
+    }
+    writeln!(std::fs::File::from(fd), "{dir}").map_err(|e| format!("{}: {e}", note.display()))
+}
+
+fn proc_uid(pid: i32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The holder's pid and start time in a container record (`info.json`).
+fn holder(info: &str) -> Option<(i32, u64)> {
+    let num = |key: &str| -> Option<u64> {
+        let rest = info.split(&format!("\"{key}\":")).nth(1)?;
+        rest.trim_start()
+            .split(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()
+    };
+    Some((i32::try_from(num("pid")?).ok()?, num("start_time")?))
+}
+
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(19)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn own_uid() -> u32 {
+        // SAFETY: getuid(2) cannot fail and touches no memory.
+        unsafe { libc::getuid() }
+    }
+
+    #[test]
+    fn a_record_is_a_small_regular_file_of_the_user() {
+        let d = tempfile::tempdir().unwrap();
+        let uid = own_uid();
+        let dir = open_at(None, d.path(), libc::O_RDONLY | libc::O_DIRECTORY).unwrap();
+        std::fs::write(d.path().join("ok.json"), r#"{"pid":7,"start_time":9}"#).unwrap();
+        assert_eq!(
+            small_file(Some(&dir), Path::new("ok.json"), uid)
+                .as_deref()
+                .and_then(holder),
+            Some((7, 9))
+        );
+        // A FIFO: refused at once (no writer, no hang).
+        let fifo = CString::new(d.path().join("fifo.json").as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid path string.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        assert_eq!(small_file(Some(&dir), Path::new("fifo.json"), uid), None);
+        // A symlink (to /dev/zero): not followed.
+        std::os::unix::fs::symlink("/dev/zero", d.path().join("zero.json")).unwrap();
+        assert_eq!(small_file(Some(&dir), Path::new("zero.json"), uid), None);
+        // Too big.
+        std::fs::write(
+            d.path().join("big.json"),
+            vec![b' '; MAX_RECORD as usize + 1],
+        )
+        .unwrap();
+        assert_eq!(small_file(Some(&dir), Path::new("big.json"), uid), None);
+        // Someone else's.
+        assert_eq!(small_file(Some(&dir), Path::new("ok.json"), uid + 1), None);
+    }
+
+    #[test]
+    fn only_a_holder_is_one() {
+        let me = std::process::id() as i32;
+        let start = start_time(me).unwrap();
+        assert!(
+            !is_holder(me, start, own_uid(), None),
+            "a test binary is no holder"
+        );
+        assert!(!is_holder(me, start + 1, own_uid(), None));
+    }
+}

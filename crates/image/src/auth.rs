@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
@@ -54,8 +54,9 @@ struct AuthEntry {
 pub struct AuthFiles {
     /// Files read, in order.
     pub read: Vec<PathBuf>,
-    /// The file `berth login` writes.
-    pub write: PathBuf,
+    /// The file `berth login` writes; `None` with no place for it (no
+    /// `REGISTRY_AUTH_FILE`, `XDG_*` or `HOME`: never the cwd).
+    pub write: Option<PathBuf>,
 }
 
 impl AuthFiles {
@@ -101,8 +102,7 @@ impl AuthFiles {
                     .filter(|r| r.is_dir())
                     .map(|r| r.join("containers/auth.json"))
             })
-            .or_else(|| config.map(|c| c.join("containers/auth.json")))
-            .unwrap_or_else(|| PathBuf::from("auth.json"));
+            .or_else(|| config.map(|c| c.join("containers/auth.json")));
         Self { read, write }
     }
 
@@ -123,12 +123,13 @@ impl AuthFiles {
 
     /// Stores credentials for `registry` in the login file (mode 0600).
     pub fn store(&self, registry: &str, creds: &Credentials) -> Result<PathBuf> {
-        let mut parsed = read_file(&self.write)?.unwrap_or_default();
+        let path = self.write.as_ref().ok_or(Error::NoAuthFile)?;
+        let mut parsed = read_file(path)?.unwrap_or_default();
         let token = base64::engine::general_purpose::STANDARD
             .encode(format!("{}:{}", creds.username, creds.password));
         parsed.auths.entry(registry.to_string()).or_default().auth = Some(token);
-        write_file(&self.write, &parsed)?;
-        Ok(self.write.clone())
+        write_file(path, &parsed)?;
+        Ok(path.clone())
     }
 
     /// Removes `registry` from every writable file that has it. Returns
@@ -136,7 +137,7 @@ impl AuthFiles {
     pub fn remove(&self, registry: &str) -> Result<bool> {
         let mut removed = false;
         for file in &self.read {
-            if file.ends_with(".docker/config.json") && file != &self.write {
+            if file.ends_with(".docker/config.json") && Some(file) != self.write.as_ref() {
                 continue;
             }
             let Some(mut parsed) = read_file(file)? else {
@@ -192,17 +193,20 @@ fn write_file(path: &Path, parsed: &AuthFile) -> Result<()> {
     }
     let bytes = serde_json::to_vec_pretty(parsed)
         .map_err(|e| Error::BadImage(format!("cannot encode auth file: {e}")))?;
-    let tmp = path.with_extension("json.tmp");
-    let mut f = fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(|e| Error::store("write", &tmp, e))?;
-    f.write_all(&bytes)
-        .map_err(|e| Error::store("write", &tmp, e))?;
-    fs::rename(&tmp, path).map_err(|e| Error::store("write", path, e))
+    // A fresh file of a random name (O_EXCL, mode 0600) beside the target,
+    // renamed over it: a symlink planted at a predictable name is never
+    // followed, and the mode holds whoever made the directory.
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".auth.json.")
+        .tempfile_in(dir)
+        .map_err(|e| Error::store("write", dir, e))?;
+    tmp.write_all(&bytes)
+        .and_then(|()| tmp.as_file().sync_all())
+        .map_err(|e| Error::store("write", tmp.path().to_path_buf(), e))?;
+    tmp.persist(path)
+        .map_err(|e| Error::store("write", path, e.error))?;
+    Ok(())
 }
 
 /// `https://index.docker.io/v1/` and friends name Docker Hub.
@@ -274,7 +278,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let files =
             AuthFiles::from_parts(None, None, Some(dir.path().into()), Some(dir.path().into()));
-        assert_eq!(files.write, dir.path().join("containers/auth.json"));
+        assert_eq!(files.write, Some(dir.path().join("containers/auth.json")));
         let c = Credentials {
             username: "u".into(),
             password: "p:w".into(),
@@ -283,10 +287,37 @@ mod tests {
         assert_eq!(files.lookup("127.0.0.1:5001", "x/y").unwrap(), Some(c));
         assert_eq!(files.lookup("127.0.0.1:5000", "x/y").unwrap(), None);
         use std::os::unix::fs::PermissionsExt;
-        let mode = fs::metadata(&files.write).unwrap().permissions().mode() & 0o777;
+        let mode = fs::metadata(files.write.as_ref().unwrap())
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
         assert_eq!(mode, 0o600);
         assert!(files.remove("127.0.0.1:5001").unwrap());
         assert_eq!(files.lookup("127.0.0.1:5001", "x/y").unwrap(), None);
+    }
+
+    /// L10: no file is written in the cwd when no place is known, and a
+    /// symlink planted at a predictable temporary name is not followed.
+    #[test]
+    fn credentials_go_only_to_a_fresh_private_file() {
+        let files = AuthFiles::from_parts(None, None, None, None);
+        let c = Credentials {
+            username: "u".into(),
+            password: "p".into(),
+        };
+        assert!(matches!(files.store("r.io", &c), Err(Error::NoAuthFile)));
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        fs::write(&victim, "keep\n").unwrap();
+        let target = dir.path().join("auth.json");
+        std::os::unix::fs::symlink(&victim, dir.path().join("auth.json.tmp")).unwrap();
+        let files = AuthFiles::from_parts(Some(target.clone()), None, None, None);
+        files.store("r.io", &c).unwrap();
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "keep\n");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata(&target).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
     }
 
     #[test]

@@ -134,6 +134,9 @@ pub enum Error {
     /// A host tool is missing or failed.
     #[error("{0}")]
     HostTool(String),
+    /// No file to keep registry credentials in.
+    #[error("no file to keep registry credentials in: set REGISTRY_AUTH_FILE, XDG_RUNTIME_DIR or HOME (berth never writes them into the current directory)")]
+    NoAuthFile,
     /// A pipeline stage stopped because another one failed (internal).
     #[error("cancelled")]
     Cancelled,
@@ -151,7 +154,7 @@ impl Error {
     /// The class of this error, which fixes the exit code.
     pub fn class(&self) -> ErrorClass {
         match self {
-            Error::Reference { .. } | Error::Source { .. } => ErrorClass::Usage,
+            Error::Reference { .. } | Error::Source { .. } | Error::NoAuthFile => ErrorClass::Usage,
             Error::ImageNotInStore(_) | Error::RegistryNotFound { .. } => ErrorClass::NotFound,
             Error::NoPlatform { .. } => ErrorClass::NotFound,
             Error::Auth { .. } => ErrorClass::Auth,

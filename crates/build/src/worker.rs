@@ -78,6 +78,11 @@ fn run(plan_path: &Path) -> Result<()> {
     let full_map = fs::read_to_string("/proc/self/uid_map")
         .map(|m| m.lines().count() > 1)
         .unwrap_or(false);
+    // The worker's memory belongs to the initial user namespace (it was
+    // executed there): not dumpable, RUN steps (root of the build's
+    // namespace only) cannot open its /proc files, its root (the host's)
+    // among them. They also get their own PID namespace (sandbox_exec).
+    let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
     if !full_map {
         eprintln!(
             "berth: note: no subordinate id range for you in /etc/subuid and /etc/subgid (or no newuidmap): \
@@ -444,21 +449,40 @@ fn sandbox_exec(
 ) -> String {
     use rustix::thread::UnshareFlags;
     let step = || -> std::result::Result<std::convert::Infallible, String> {
-        sys::unshare(UnshareFlags::NEWNS).map_err(|e| format!("unshare: {e}"))?;
+        // Its own PID namespace and procfs: the worker, the base image's
+        // squashfs server and the user's other processes are not in it, so
+        // /proc/PID/root cannot lead out.
+        sys::unshare(UnshareFlags::NEWNS | UnshareFlags::NEWPID)
+            .map_err(|e| format!("unshare: {e}"))?;
+        if let Fork::Parent(init) = sys::fork().map_err(|e| format!("fork: {e}"))? {
+            let code = match sys::wait(init, false) {
+                Ok(Some((_, exit))) => exit.as_code(),
+                _ => 125,
+            };
+            sys::exit_now(code);
+        }
         let rec = (libc::MS_BIND | libc::MS_REC) as libc::c_ulong;
         let bind = |src: &Path, dst: &Path| {
             sys::mount(Some(src), dst, None, rec, None)
                 .map_err(|e| format!("bind {} on {}: {e}", src.display(), dst.display()))
         };
         bind(root, root)?;
-        bind(Path::new("/proc"), &root.join("proc"))?;
+        sys::mount(
+            Some(Path::new("proc")),
+            &root.join("proc"),
+            Some("proc"),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            None,
+        )
+        .map_err(|e| format!("mount /proc: {e}"))?;
         bind(Path::new("/sys"), &root.join("sys"))?;
+        read_only_all_the_way_down(&root.join("sys"))?;
         let dev = root.join("dev");
         sys::mount(
             Some(Path::new("tmpfs")),
             &dev,
             Some("tmpfs"),
-            0,
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
             Some("mode=755"),
         )
         .map_err(|e| format!("mount /dev: {e}"))?;
@@ -534,6 +558,10 @@ fn sandbox_exec(
         // The step's output is the build's log: on stderr, so that stdout
         // carries only the image id.
         let _ = rustix::stdio::dup2_stdout(rustix::stdio::stderr());
+        // No setuid elevation, and nothing the worker holds open (blob
+        // files, the plan, the build's lock) reaches the step.
+        rustix::thread::set_no_new_privs(true).map_err(|e| format!("no_new_privs: {e}"))?;
+        sys::cloexec_all_but(&[]);
         use std::os::unix::process::CommandExt;
         let err = Command::new(&argv[0])
             .args(&argv[1..])
@@ -545,6 +573,29 @@ fn sandbox_exec(
     match step() {
         Ok(never) => match never {},
         Err(e) => e,
+    }
+}
+
+/// Remounts the bind at `path` read-only, nosuid and nodev, with every
+/// mount below it (a RUN step's /sys: its cgroup, debug and bpf mounts).
+fn read_only_all_the_way_down(path: &Path) -> std::result::Result<(), String> {
+    let top = fs::File::open(path).map_err(|e| format!("open {}: {e}", path.display()))?;
+    match sys::set_mount_attr_recursive(
+        std::os::fd::AsFd::as_fd(&top),
+        sys::ATTR_RDONLY | sys::ATTR_NOSUID | sys::ATTR_NODEV,
+    ) {
+        // Before Linux 5.12: the top mount only (sysfs is mounted noexec).
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+            let flags = libc::MS_REMOUNT
+                | libc::MS_BIND
+                | libc::MS_RDONLY
+                | libc::MS_NOSUID
+                | libc::MS_NODEV
+                | libc::MS_NOEXEC;
+            sys::mount(None, path, None, flags, None)
+                .map_err(|e| format!("remount {} read-only: {e}", path.display()))
+        }
+        r => r.map_err(|e| format!("{} read-only: {e}", path.display())),
     }
 }
 

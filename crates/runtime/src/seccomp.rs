@@ -1,14 +1,17 @@
 //! The seccomp filter every container command runs under.
 //!
-//! Today it denies what lets a container reach its caller's terminal: the
+//! It denies what lets a container reach its caller's terminal: the
 //! `ioctl`s `TIOCSTI` (push input into the terminal: the host shell runs it
 //! once the container exits, the CVE-2017-5226 class) and `TIOCLINUX`
 //! (console selection and pasting), with `EPERM`, as Flatpak and bubblewrap
 //! users do. The command keeps the caller's terminal as its stdio (nothing
 //! is copied through berth), so this is what keeps that design safe.
 //!
-//! The filter is a dozen classic BPF instructions, written out here rather
-//! than compiled by a crate: it checks the architecture (the 32-bit compat
+//! It also refuses the system calls in [`DENIED`] (podman's default
+//! profile's, less what HPC tools use).
+//!
+//! The filter is about fifty classic BPF instructions, assembled here
+//! rather than compiled by a crate: it checks the architecture (the 32-bit compat
 //! entry has its own `ioctl` number, and on x86_64 the x32 ABI is refused
 //! outright so it cannot be used to go around the check), the syscall
 //! number, and the request's low 32 bits (the kernel truncates it to
@@ -53,6 +56,12 @@ mod arch {
     pub const COMPAT_IOCTL: u32 = 54;
     /// `__X32_SYSCALL_BIT`: x32 syscalls are refused as a whole.
     pub const X32_BIT: Option<u32> = Some(0x4000_0000);
+    /// [`super::DENIED`] in the i386 table, in the same order (0: none).
+    pub const COMPAT_DENIED: [u32; 18] = [
+        286, 288, 287, 374, 283, 0, 128, 350, 129, 342, 88, 87, 115, 110, 101, 51, 253, 357,
+    ];
+    /// `iopl` and `ioperm` (x86 only).
+    pub const NATIVE_PORT_IO: [u32; 2] = [libc::SYS_iopl as u32, libc::SYS_ioperm as u32];
 }
 
 #[cfg(target_arch = "aarch64")]
@@ -62,10 +71,100 @@ mod arch {
     pub const COMPAT: u32 = 0x4000_0028; // AUDIT_ARCH_ARM
     pub const COMPAT_IOCTL: u32 = 54;
     pub const X32_BIT: Option<u32> = None;
+    /// [`super::DENIED`] in the 32-bit ARM (EABI) table, in the same order.
+    pub const COMPAT_DENIED: [u32; 18] = [
+        309, 311, 310, 388, 347, 0, 128, 379, 129, 371, 88, 87, 115, 0, 0, 51, 249, 386,
+    ];
+    pub const NATIVE_PORT_IO: [u32; 2] = [0, 0];
 }
 
 const TIOCSTI: u32 = 0x5412;
 const TIOCLINUX: u32 = 0x541C;
+
+/// System calls the default filter refuses with `EPERM`: what podman's and
+/// Docker's default profile deny that HPC codes have no use for. Kernel
+/// keyrings (not namespaced: a container would see and change the
+/// caller's), `userfaultfd` (a tool of kernel exploits), loading or
+/// replacing the kernel and its modules, `open_by_handle_at` (the
+/// "shocker" escape past bind mounts), reboot, swap, port I/O, process
+/// accounting, `lookup_dcookie` and `bpf`. Allowed on purpose, unlike
+/// Docker: `ptrace` and `perf_event_open` (debuggers and profilers: gdb,
+/// perf, PAPI, LIKWID), `mount`, `unshare` and `setns` (a container
+/// runtime inside the container; they need capabilities the command does
+/// not have). The x32 and 32-bit compat entry points are covered.
+const DENIED: [u32; 18] = [
+    libc::SYS_add_key as u32,
+    libc::SYS_keyctl as u32,
+    libc::SYS_request_key as u32,
+    libc::SYS_userfaultfd as u32,
+    libc::SYS_kexec_load as u32,
+    libc::SYS_kexec_file_load as u32,
+    libc::SYS_init_module as u32,
+    libc::SYS_finit_module as u32,
+    libc::SYS_delete_module as u32,
+    libc::SYS_open_by_handle_at as u32,
+    libc::SYS_reboot as u32,
+    libc::SYS_swapon as u32,
+    libc::SYS_swapoff as u32,
+    arch::NATIVE_PORT_IO[0],
+    arch::NATIVE_PORT_IO[1],
+    libc::SYS_acct as u32,
+    libc::SYS_lookup_dcookie as u32,
+    libc::SYS_bpf as u32,
+];
+
+/// One instruction of [`assemble`]'s input: a plain one, a jump to a
+/// label when the accumulator equals (or is at least) a value, or a label.
+enum Item {
+    Op(libc::sock_filter),
+    JumpIfEq(u32, Label),
+    JumpIfAtLeast(u32, Label),
+    Mark(Label),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Label {
+    Native,
+    Compat,
+    Ioctl,
+    Deny,
+}
+
+/// Resolves labels into the relative offsets classic BPF jumps take (the
+/// false branch falls through). Every target here lies ahead of its jump,
+/// within 255 instructions.
+fn assemble(items: &[Item]) -> Vec<libc::sock_filter> {
+    use libc::{BPF_JEQ, BPF_JGE, BPF_JMP, BPF_K};
+    let mut at = Vec::new();
+    let mut n = 0usize;
+    for it in items {
+        match it {
+            Item::Mark(l) => at.push((*l, n)),
+            _ => n += 1,
+        }
+    }
+    let target = |l: Label| at.iter().find(|(m, _)| *m == l).map_or(0, |(_, i)| *i);
+    let mut out = Vec::with_capacity(n);
+    for it in items {
+        let (op, k, l) = match it {
+            Item::Op(f) => {
+                out.push(*f);
+                continue;
+            }
+            Item::Mark(_) => continue,
+            Item::JumpIfEq(k, l) => (BPF_JEQ, *k, *l),
+            Item::JumpIfAtLeast(k, l) => (BPF_JGE, *k, *l),
+        };
+        let jt = target(l).saturating_sub(out.len() + 1);
+        out.push(jump(
+            BPF_JMP | op | BPF_K,
+            k,
+            u8::try_from(jt).unwrap_or(0),
+            0,
+        ));
+    }
+    out
+}
 
 fn stmt(code: u32, k: u32) -> libc::sock_filter {
     libc::sock_filter {
@@ -87,48 +186,55 @@ fn jump(code: u32, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
 
 /// The default filter's program.
 fn default_program() -> Vec<libc::sock_filter> {
-    use libc::{BPF_ABS, BPF_JEQ, BPF_JGE, BPF_JMP, BPF_K, BPF_LD, BPF_RET, BPF_W};
-    let load = |off| stmt(BPF_LD | BPF_W | BPF_ABS, off);
-    let ret = |v| stmt(BPF_RET | BPF_K, v);
-    let allow = ret(libc::SECCOMP_RET_ALLOW);
-    let deny = ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
-    // Jumps are relative to the next instruction; the layout is fixed:
-    //  0 ld arch
-    //  1 jeq NATIVE       -> 4
-    //  2 jeq COMPAT       -> 8
-    //  3 allow                 (another architecture: the kernel refuses it)
-    //  4 ld nr
-    //  5 jge X32_BIT      -> 14 (deny; on aarch64 a jump to the next)
-    //  6 jeq NATIVE_IOCTL -> 10
-    //  7 allow
-    //  8 ld nr
-    //  9 jeq COMPAT_IOCTL -> 10, else -> 13
-    // 10 ld arg1 (low 32 bits)
-    // 11 jeq TIOCSTI      -> 14
-    // 12 jeq TIOCLINUX    -> 14, else -> 13
-    // 13 allow
-    // 14 deny
-    let x32 = match arch::X32_BIT {
-        Some(bit) => jump(BPF_JMP | BPF_JGE | BPF_K, bit, 8, 0),
-        None => jump(BPF_JMP | BPF_JEQ | BPF_K, u32::MAX, 0, 0),
-    };
-    vec![
+    use libc::{BPF_ABS, BPF_K, BPF_LD, BPF_RET, BPF_W};
+    use Item::{JumpIfAtLeast, JumpIfEq, Mark, Op};
+    let load = |off| Op(stmt(BPF_LD | BPF_W | BPF_ABS, off));
+    let allow = || Op(stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_ALLOW));
+    let mut p = vec![
         load(OFF_ARCH),
-        jump(BPF_JMP | BPF_JEQ | BPF_K, arch::NATIVE, 2, 0),
-        jump(BPF_JMP | BPF_JEQ | BPF_K, arch::COMPAT, 5, 0),
-        allow,
+        JumpIfEq(arch::NATIVE, Label::Native),
+        JumpIfEq(arch::COMPAT, Label::Compat),
+        // Another architecture: the kernel refuses its syscalls anyway.
+        allow(),
+        Mark(Label::Native),
         load(OFF_NR),
-        x32,
-        jump(BPF_JMP | BPF_JEQ | BPF_K, arch::NATIVE_IOCTL, 3, 0),
-        allow,
+    ];
+    if let Some(bit) = arch::X32_BIT {
+        p.push(JumpIfAtLeast(bit, Label::Deny));
+    }
+    p.extend(
+        DENIED
+            .iter()
+            .filter(|nr| **nr != 0)
+            .map(|nr| JumpIfEq(*nr, Label::Deny)),
+    );
+    p.extend([
+        JumpIfEq(arch::NATIVE_IOCTL, Label::Ioctl),
+        allow(),
+        Mark(Label::Compat),
         load(OFF_NR),
-        jump(BPF_JMP | BPF_JEQ | BPF_K, arch::COMPAT_IOCTL, 0, 3),
+    ]);
+    p.extend(
+        arch::COMPAT_DENIED
+            .iter()
+            .filter(|nr| **nr != 0)
+            .map(|nr| JumpIfEq(*nr, Label::Deny)),
+    );
+    p.extend([
+        JumpIfEq(arch::COMPAT_IOCTL, Label::Ioctl),
+        allow(),
+        Mark(Label::Ioctl),
         load(OFF_ARG1_LOW),
-        jump(BPF_JMP | BPF_JEQ | BPF_K, TIOCSTI, 2, 0),
-        jump(BPF_JMP | BPF_JEQ | BPF_K, TIOCLINUX, 1, 0),
-        allow,
-        deny,
-    ]
+        JumpIfEq(TIOCSTI, Label::Deny),
+        JumpIfEq(TIOCLINUX, Label::Deny),
+        allow(),
+        Mark(Label::Deny),
+        Op(stmt(
+            BPF_RET | BPF_K,
+            libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
+        )),
+    ]);
+    assemble(&p)
 }
 
 /// Installs `mode`'s filter on the calling thread (inherited by what it
@@ -175,15 +281,27 @@ mod tests {
     #[test]
     fn the_program_is_well_formed() {
         let p = default_program();
-        assert_eq!(p.len(), 15);
+        let last = p.len() - 1;
         for (i, ins) in p.iter().enumerate() {
             if u32::from(ins.code) & 0x07 == libc::BPF_JMP {
                 let far = usize::from(ins.jt.max(ins.jf));
-                assert!(i + 1 + far < p.len(), "jump at {i} leaves the program");
+                assert!(i + 1 + far <= last, "jump at {i} leaves the program");
+                // Every jump that is taken goes somewhere other than the
+                // next instruction (a label resolved).
+                assert!(ins.jt > 0, "jump at {i} resolves to the next instruction");
             }
         }
-        assert_eq!(p[14].k, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
-        assert_eq!(p[13].k, libc::SECCOMP_RET_ALLOW);
+        assert_eq!(p[last].k, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
+        assert_eq!(p[last - 1].k, libc::SECCOMP_RET_ALLOW);
+        // Each denied syscall jumps to the last instruction.
+        for nr in DENIED.iter().filter(|n| **n != 0) {
+            let (i, ins) = p
+                .iter()
+                .enumerate()
+                .find(|(_, x)| x.k == *nr && u32::from(x.code) & 0x07 == libc::BPF_JMP)
+                .unwrap();
+            assert_eq!(i + 1 + usize::from(ins.jt), last, "syscall {nr}");
+        }
     }
 
     /// In a child (the filter cannot be removed): TIOCSTI fails with EPERM,
@@ -211,7 +329,24 @@ mod tests {
                 let mut n: libc::c_int = 0;
                 // SAFETY: FIONREAD on a pipe we own, into a c_int.
                 let rc = unsafe { libc::ioctl(pipe, libc::FIONREAD, &mut n) };
-                Some(if rc == 0 { 0 } else { 3 })
+                if rc != 0 {
+                    return Some(3);
+                }
+                // keyctl(KEYCTL_GET_KEYRING_ID, ...) and userfaultfd: EPERM.
+                // SAFETY: raw syscalls with integer arguments.
+                let k = unsafe { libc::syscall(libc::SYS_keyctl, 0, -3, 0) };
+                // SAFETY: reads this thread's errno.
+                let kerr = unsafe { *libc::__errno_location() };
+                // SAFETY: a raw syscall with an integer argument.
+                let u = unsafe { libc::syscall(libc::SYS_userfaultfd, 0) };
+                // SAFETY: reads this thread's errno.
+                let uerr = unsafe { *libc::__errno_location() };
+                if k != -1 || kerr != libc::EPERM || u != -1 || uerr != libc::EPERM {
+                    return Some(5);
+                }
+                // getpid still works.
+                // SAFETY: getpid has no arguments.
+                Some(if unsafe { libc::getpid() } > 0 { 0 } else { 6 })
             })()
             .unwrap_or(4);
             // SAFETY: leaves the forked child without running destructors.

@@ -26,6 +26,15 @@ fn main() -> ExitCode {
         let code = berth_runtime::shared::holder_main(&raw[2..]);
         return ExitCode::from(code.clamp(0, 255) as u8);
     }
+    // As real root, nothing of the caller's environment chooses config,
+    // state or programs (sudo -E, su without -). (berth's helpers above
+    // inherit the environment of the berth that started them.)
+    if berth_config::root::is_real_root() {
+        let home = berth_runtime::sys::getpwuid(0).map(|p| std::path::PathBuf::from(p.home));
+        for w in berth_config::root::scrub_environment(home.as_deref()) {
+            eprintln!("berth: warning: {w}");
+        }
+    }
     let cli = cli::Cli::parse();
     init_logging(&cli.global, cli.command.is_quiet());
     match commands::run(cli) {

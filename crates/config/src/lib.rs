@@ -8,6 +8,8 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod root;
+
 use serde::Deserialize;
 
 /// The site-wide configuration file.

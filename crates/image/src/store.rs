@@ -57,6 +57,15 @@ pub struct SquashfsRecord {
     pub block_size: u32,
 }
 
+impl SquashfsRecord {
+    /// Whether `file` is one plain name (no `/`, `.` or `..`): a record,
+    /// written by whoever can write its directory, never names a file
+    /// outside its image's directory.
+    pub fn file_is_plain(&self) -> bool {
+        !self.file.is_empty() && !self.file.contains('/') && self.file != "." && self.file != ".."
+    }
+}
+
 /// The image's run-time settings, lifted from the OCI config.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct RunConfig {
@@ -381,6 +390,14 @@ impl Store {
     fn load(dir: &Path, shared: bool, names: Vec<String>) -> Option<StoredImage> {
         let bytes = fs::read(dir.join("meta.json")).ok()?;
         let record: ImageRecord = serde_json::from_slice(&bytes).ok()?;
+        if !record.squashfs.file_is_plain() {
+            tracing::warn!(
+                "ignoring {}: its squashfs file {:?} is not a plain name",
+                dir.display(),
+                record.squashfs.file
+            );
+            return None;
+        }
         Some(StoredImage {
             record,
             dir: dir.to_path_buf(),
@@ -467,6 +484,9 @@ impl Store {
                 std::io::Read::read_to_end(&mut std::io::Read::take(&meta, 16 << 20), &mut bytes)
                     .ok()?;
                 let record: ImageRecord = serde_json::from_slice(&bytes).ok()?;
+                if !record.squashfs.file_is_plain() || record.id != id {
+                    return None;
+                }
                 let image = open(&record.squashfs.file)?;
                 Some((
                     StoredImage {

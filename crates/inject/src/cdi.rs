@@ -289,6 +289,7 @@ impl Registry {
 }
 
 fn read_spec(path: &Path) -> Result<Spec, String> {
+    crate::check_owner_for_root(path)?;
     let text = fs::read_to_string(path).map_err(|e| e.to_string())?;
     parse_spec(&text)
 }
@@ -298,6 +299,14 @@ fn parse_spec(text: &str) -> Result<Spec, String> {
     let spec: Spec = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
     if spec.kind.split_once('/').is_none() {
         return Err(format!("kind {:?} is not vendor.com/class", spec.kind));
+    }
+    // A relative hook program would run relative to berth's cwd.
+    let edits = std::iter::once(&spec.container_edits)
+        .chain(spec.devices.iter().map(|d| &d.container_edits));
+    for h in edits.flat_map(|e| &e.hooks) {
+        if !h.program.path.starts_with('/') {
+            return Err(format!("hook path {:?} is not absolute", h.program.path));
+        }
     }
     Ok(spec)
 }

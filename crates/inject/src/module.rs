@@ -136,6 +136,7 @@ pub fn load_file(path: &Path) -> Result<Module, InjectError> {
         .filter(|n| valid_name(n))
         .ok_or_else(|| bad("the file name is not a module name (letters, digits, - _ .)".into()))?
         .to_string();
+    crate::check_owner_for_root(path).map_err(bad)?;
     let text = fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
     let def: ModuleDef = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
     Ok(Module {

@@ -156,13 +156,16 @@ impl Timing {
 
 /// Descriptors the command must inherit besides stdio: the PMI channel an
 /// MPI launcher (Hydra's mpiexec, Slurm's PMI-2) hands each rank and names
-/// in `PMI_FD`. Only a socket is kept, so the variable cannot be used to
-/// pass one of berth's own descriptors (a directory, a namespace) on.
-pub(crate) fn inherited_fds(env: &[(String, String)]) -> Vec<i32> {
-    env.iter()
-        .filter(|(k, _)| k == "PMI_FD")
-        .filter_map(|(_, v)| v.trim().parse().ok())
+/// in `PMI_FD`. The variable is read from berth's own environment (the
+/// launcher's), never from the container's, where an image's `Env` could
+/// set it; and only a socket is kept, so it cannot pass one of berth's own
+/// descriptors (a directory, a namespace) on.
+pub(crate) fn inherited_fds() -> Vec<i32> {
+    std::env::var("PMI_FD")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
         .filter(|fd: &i32| *fd > 2 && sys::is_socket(*fd))
+        .into_iter()
         .collect()
 }
 
@@ -418,6 +421,7 @@ pub(crate) fn child(
             passwd_line: spec.passwd_line.clone(),
             group_line: spec.group_line.clone(),
             workdir: &spec.workdir,
+            confined: spec.mode == IdMode::HostRoot,
         };
         rootfs::assemble(&plan)?;
     }
@@ -499,7 +503,7 @@ pub(crate) fn child(
     }
     timing.mark("exec");
     timing.report();
-    exec_command(&program, &spec.argv, &env, &spec.env, spec.seccomp)
+    exec_command(&program, &spec.argv, &env, spec.seccomp)
 }
 
 /// The command's program in the container, or berth's message and exit
@@ -520,17 +524,16 @@ pub(crate) fn resolve_or_exit(
 }
 
 /// The last step in the container: only the descriptors the command must
-/// inherit (stdio, a PMI socket named in `task_env`) stay open, signals
+/// inherit (stdio, the launcher's PMI socket) stay open, signals
 /// take their defaults, the seccomp filter is on, and `program` replaces
 /// berth.
 pub(crate) fn exec_command(
     program: &Path,
     argv: &[String],
     env: &[(String, String)],
-    task_env: &[(String, String)],
     seccomp: crate::seccomp::Seccomp,
 ) -> ! {
-    sys::cloexec_all_but(&inherited_fds(task_env));
+    sys::cloexec_all_but(&inherited_fds());
     sys::reset_signals();
     if let Err(e) = crate::seccomp::install(seccomp) {
         eprintln!("berth: error: {e}");

@@ -51,6 +51,12 @@ pub fn state_json(
 /// why it failed (its stderr included).
 pub fn run(hook: &Hook, state: &str) -> Result<Vec<(String, String)>, String> {
     let what = format!("{} hook {}", hook.stage, hook.path.display());
+    if berth_config::root::is_real_root() {
+        // Root runs only programs nobody else can replace.
+        berth_config::root::root_may_trust(&hook.path).map_err(|why| {
+            format!("{what}: not run as root: {why}; make it root's and not writable by others")
+        })?;
+    }
     let mut cmd = Command::new(&hook.path);
     if let Some((arg0, rest)) = hook.args.split_first() {
         cmd.arg0(arg0).args(rest);
@@ -71,7 +77,11 @@ pub fn run(hook: &Hook, state: &str) -> Result<Vec<(String, String)>, String> {
         // A hook that does not read its state must not fail the write.
         let _ = stdin.write_all(state.as_bytes());
     }
+    // A pidfd names this child even after the waiter reaps it: the
+    // timeout's kill can never reach a process that reused its pid.
     let pid = child.id() as i32;
+    let pidfd = rustix::process::Pid::from_raw(pid)
+        .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(child.wait_with_output());
@@ -80,7 +90,14 @@ pub fn run(hook: &Hook, state: &str) -> Result<Vec<(String, String)>, String> {
         Some(t) => match rx.recv_timeout(t) {
             Ok(r) => r,
             Err(_) => {
-                crate::sys::kill(pid, libc::SIGKILL);
+                match &pidfd {
+                    Some(fd) => {
+                        let _ =
+                            rustix::process::pidfd_send_signal(fd, rustix::process::Signal::KILL);
+                    }
+                    // Kernels before 5.3.
+                    None => crate::sys::kill(pid, libc::SIGKILL),
+                }
                 let _ = rx.recv();
                 return Err(format!("{what}: timed out after {} s", t.as_secs()));
             }

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use rustix::fs::{flock, FlockOperation};
 
 use crate::error::{Error, Result};
-use crate::sys;
+use crate::{state, sys};
 
 /// How container user ids map to the caller's.
 ///
@@ -73,11 +73,17 @@ impl IdMode {
     }
 }
 
+/// Real root's runtime directory.
+pub const ROOT_STATE_DIR: &str = "/run/berth";
+
 /// berth's per-user runtime directory on this node: `$XDG_RUNTIME_DIR/berth`
-/// or `/tmp/berth-UID`, created 0700 and refused if someone else owns it.
+/// or `/tmp/berth-UID` (root: [`ROOT_STATE_DIR`]), created 0700 and
+/// refused if someone else owns it.
 pub fn state_dir() -> Result<PathBuf> {
     let uid = rustix::process::getuid().as_raw();
     let dir = match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+        // Root's state never lives where users write.
+        _ if berth_config::root::is_real_root() => PathBuf::from(ROOT_STATE_DIR),
         Some(d) if Path::new(&d).is_dir() => PathBuf::from(d).join("berth"),
         _ => std::env::temp_dir().join(format!("berth-{uid}")),
     };
@@ -173,21 +179,37 @@ pub(crate) fn lock(f: &File, op: FlockOperation, path: &Path) -> Result<()> {
     flock(f, op).map_err(|e| Error::io("lock", path, e.into()))
 }
 
+/// The keeper of `dir`, if its pid file names a live one: a process
+/// running this very berth binary (same device and inode: a process that
+/// only calls itself `__keeper` is not one) with `__keeper DIR` as its
+/// first arguments.
 fn keeper_alive(dir: &Path) -> Option<i32> {
-    let pid: i32 = fs::read_to_string(dir.join("pid"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
+    use std::os::unix::fs::MetadataExt;
+    let pid: i32 = state::read(&dir.join("pid")).ok()?.trim().parse().ok()?;
     let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let text = String::from_utf8_lossy(&cmdline);
-    (text.contains("__keeper") && text.contains(&*dir.to_string_lossy())).then_some(pid)
+    let mut args = cmdline.split(|b| *b == 0).skip(1);
+    let ours = args.next() == Some(b"__keeper".as_slice())
+        && args.next() == Some(dir.as_os_str().as_encoded_bytes());
+    let exe = fs::metadata(format!("/proc/{pid}/exe")).ok()?;
+    let me = fs::metadata("/proc/self/exe").ok()?;
+    (ours && (exe.dev(), exe.ino()) == (me.dev(), me.ino())).then_some(pid)
 }
 
 pub(crate) fn open_ns(pid: i32, kind: &str) -> Result<OwnedFd> {
     let p = format!("/proc/{pid}/ns/{kind}");
     let f = File::open(&p).map_err(|e| Error::io("open", &p, e))?;
     Ok(f.into())
+}
+
+/// The keeper directory's name for image `hex` in `mode`. Under Slurm each
+/// job has its own keepers: a keeper lives in the cgroup of the job that
+/// started it, so a later job of the same user that shared it would lose
+/// its image mount when the first job ends and Slurm kills that cgroup.
+fn keeper_name(hex: &str, mode: IdMode, slurm_job: Option<&str>) -> String {
+    match slurm_job.filter(|j| !j.is_empty() && j.bytes().all(|b| b.is_ascii_digit())) {
+        Some(job) => format!("{hex}-{}-job{job}", mode.keeper_kind()),
+        None => format!("{hex}-{}", mode.keeper_kind()),
+    }
 }
 
 /// Finds or starts the keeper of `image` for `mode` and takes a share in it.
@@ -201,11 +223,16 @@ pub fn acquire(
     template: Option<&Template>,
     image_file: Option<&File>,
 ) -> Result<KeeperLease> {
-    let short = image_id.trim_start_matches("sha256:");
-    let short = &short[..short.len().min(16)];
-    let dir = state_dir()?
-        .join("keepers")
-        .join(format!("{short}-{}", mode.keeper_kind()));
+    // The whole id: two images never share a keeper.
+    let hex = image_id.trim_start_matches("sha256:");
+    if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(Error::Setup(format!("{image_id:?} is not an image id")));
+    }
+    let dir = state_dir()?.join("keepers").join(keeper_name(
+        hex,
+        mode,
+        std::env::var("SLURM_JOB_ID").ok().as_deref(),
+    ));
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -226,7 +253,8 @@ pub fn acquire(
             // starts it.
             let path = dir.join("template.json");
             match &wanted {
-                Some(json) => fs::write(&path, json).map_err(|e| Error::io("write", &path, e))?,
+                Some(json) => state::write(&path, json.as_bytes())
+                    .map_err(|e| Error::io("write", &path, e))?,
                 None => {
                     let _ = fs::remove_file(&path);
                 }
@@ -234,8 +262,8 @@ pub fn acquire(
             start(berth_exe, &dir, image, image_file, mode, idle)?
         }
     };
-    let template_mntns = match (&wanted, fs::read_to_string(dir.join("template.json"))) {
-        (Some(w), Ok(have)) if *w == have => fs::read_to_string(dir.join("holder.pid"))
+    let template_mntns = match (&wanted, state::read(&dir.join("template.json"))) {
+        (Some(w), Ok(have)) if *w == have => state::read(&dir.join("holder.pid"))
             .ok()
             .and_then(|p| p.trim().parse::<i32>().ok())
             .and_then(|holder| open_ns(holder, "mnt").ok()),
@@ -250,7 +278,7 @@ pub fn acquire(
     };
     let mntns = open_ns(pid, "mnt")?;
     let identity_userns = match mode {
-        IdMode::Identity => fs::read_to_string(dir.join("identity.pid"))
+        IdMode::Identity => state::read(&dir.join("identity.pid"))
             .ok()
             .and_then(|p| p.trim().parse::<i32>().ok())
             .and_then(|holder| open_ns(holder, "user").ok()),
@@ -277,7 +305,7 @@ fn start(
     idle: Duration,
 ) -> Result<i32> {
     let log_path = dir.join("keeper.log");
-    let log = File::create(&log_path).map_err(|e| Error::io("create", &log_path, e))?;
+    let log = state::create_fresh(&log_path).map_err(|e| Error::io("create", &log_path, e))?;
     // An already open image goes to the keeper as /dev/fd/N: reopening it
     // through that link costs no path walk on a parallel filesystem. The
     // descriptor is inheritable only while the keeper starts.
@@ -326,7 +354,7 @@ fn start(
     {
         return Err(Error::ImageMissing(image.to_path_buf()));
     }
-    let log = fs::read_to_string(&log_path).unwrap_or_default();
+    let log = state::read(&log_path).unwrap_or_default();
     let msg = log
         .lines()
         .rev()
@@ -500,6 +528,12 @@ fn keeper_run(args: &[String]) -> Result<()> {
         Some(fd) => {
             sys::take_inherited_fd(fd).ok_or_else(|| Error::Setup(format!("no descriptor {fd}")))?
         }
+        None if image.is_relative() => {
+            return Err(Error::Setup(format!(
+                "the image path {} is relative; the keeper takes an absolute path or fd:N",
+                image.display()
+            )))
+        }
         None => File::open(&image).map_err(|e| Error::io("open the image", &image, e))?,
     };
     let (uid, gid, host_ids) = match in_ns {
@@ -542,18 +576,7 @@ fn keeper_run(args: &[String]) -> Result<()> {
     }
     let mut server = match mode {
         IdMode::HostRoot => {
-            let st = Command::new("mount")
-                .args(["-t", "squashfs", "-o", "loop,ro,nosuid,nodev"])
-                .arg(&image)
-                .arg(&image_dir)
-                .status()
-                .map_err(|e| Error::Mount(format!("cannot run mount(8): {e}")))?;
-            if !st.success() {
-                return Err(Error::Mount(format!(
-                    "mounting {} with a loop device failed",
-                    image.display()
-                )));
-            }
+            mount_kernel_squashfs(&image_file, &image_dir)?;
             None
         }
         _ => Some(mount_fuse(&image, &image_file, &image_dir, uid, gid)?),
@@ -569,7 +592,7 @@ fn keeper_run(args: &[String]) -> Result<()> {
         _ => None,
     };
     let pid = std::process::id();
-    fs::write(dir.join("pid"), format!("{pid}\n"))
+    state::write(&dir.join("pid"), format!("{pid}\n").as_bytes())
         .map_err(|e| Error::io("write", dir.join("pid"), e))?;
     {
         let mut out = std::io::stdout().lock();
@@ -596,6 +619,28 @@ fn keeper_run(args: &[String]) -> Result<()> {
         let _ = s.wait();
     }
     Ok(())
+}
+
+/// Real root: the kernel's squashfs driver mounts the open image through a
+/// loop device configured from its descriptor. No path is walked again and
+/// no program is looked up, so neither the caller's cwd (a planted `fd:3`)
+/// nor its `PATH` chooses what is mounted.
+fn mount_kernel_squashfs(image: &File, target: &Path) -> Result<()> {
+    let (dev, _attached) = sys::attach_loop_readonly(image)
+        .map_err(|e| Error::Mount(format!("cannot attach the image to a loop device: {e}")))?;
+    sys::mount(
+        Some(&dev),
+        target,
+        Some("squashfs"),
+        libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+        None,
+    )
+    .map_err(|e| {
+        Error::Mount(format!(
+            "mounting the image from {} failed: {e}",
+            dev.display()
+        ))
+    })
 }
 
 /// Re-executes the keeper inside the namespaces it just entered (see
@@ -673,7 +718,9 @@ fn start_identity_holder(dir: &Path, (uid, gid): (u32, u32)) -> Option<i32> {
                 && fs::write(format!("/proc/{pid}/gid_map"), format!("{gid} 0 1")).is_ok();
             let _ = rustix::io::write(&mapped_w, b"y");
             drop(mapped_w);
-            if !mapped || fs::write(dir.join("identity.pid"), format!("{pid}\n")).is_err() {
+            if !mapped
+                || state::write(&dir.join("identity.pid"), format!("{pid}\n").as_bytes()).is_err()
+            {
                 eprintln!(
                     "berth: the shared identity namespace could not be set up; runs make their own"
                 );
@@ -692,7 +739,7 @@ fn start_identity_holder(dir: &Path, (uid, gid): (u32, u32)) -> Option<i32> {
 /// own. Returns its pid; `None` (runs build their root) if there is no
 /// template or it could not be prepared.
 fn start_holder(dir: &Path) -> Option<i32> {
-    let text = fs::read_to_string(dir.join("template.json")).ok()?;
+    let text = state::read(&dir.join("template.json")).ok()?;
     let template: Template = serde_json::from_str(&text).ok()?;
     let (reader, writer) = rustix::pipe::pipe().ok()?;
     match sys::fork().ok()? {
@@ -710,6 +757,7 @@ fn start_holder(dir: &Path) -> Option<i32> {
                     stage: &dir.join("mnt/stage"),
                     writable: false,
                     fresh_proc: false,
+                    confined: false,
                     binds: &template.binds,
                     passwd_line: template.passwd_line.clone(),
                     group_line: template.group_line.clone(),
@@ -740,7 +788,7 @@ fn start_holder(dir: &Path) -> Option<i32> {
                 let _ = sys::wait(pid, false);
                 return None;
             }
-            fs::write(dir.join("holder.pid"), format!("{pid}\n")).ok()?;
+            state::write(&dir.join("holder.pid"), format!("{pid}\n").as_bytes()).ok()?;
             Some(pid)
         }
     }
@@ -886,5 +934,23 @@ fn serve(dir: &Path, idle: Duration, mut server: Option<&mut std::process::Child
             idle_since = None;
         }
         let _ = flock(&keeper_lock, FlockOperation::Unlock);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_slurm_job_has_its_own_keepers() {
+        let a = keeper_name("ab12", IdMode::Identity, Some("41"));
+        let b = keeper_name("ab12", IdMode::Identity, Some("42"));
+        assert_ne!(a, b);
+        assert_eq!(keeper_name("ab12", IdMode::Identity, None), "ab12-user");
+        // Not a job id: no part of the name.
+        assert_eq!(
+            keeper_name("ab12", IdMode::Identity, Some("../x")),
+            "ab12-user"
+        );
     }
 }

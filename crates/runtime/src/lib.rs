@@ -8,6 +8,8 @@
 //! - [`container`]: fork, namespaces, exec, exit codes and signals.
 //! - [`shared`]: per-node shared containers that tasks join (`--shared`,
 //!   `berth exec`, `berth ps`).
+//! - [`state`]: reading and writing records in the runtime directory
+//!   (no symlink followed, no FIFO opened, bounded sizes).
 //! - [`sys`]: the few raw system calls, each `unsafe` block explained.
 
 pub mod container;
@@ -18,6 +20,7 @@ pub mod rootfs;
 pub mod seccomp;
 pub mod semantics;
 pub mod shared;
+pub mod state;
 pub mod sys;
 
 pub use container::{run, Preflight, RunSpec};

@@ -56,6 +56,95 @@ pub struct RootfsPlan<'a> {
     pub group_line: Option<String>,
     /// The working directory to create if missing.
     pub workdir: &'a str,
+    /// A container of real root: /proc's dangerous files masked or
+    /// read-only (runc's lists) and a private /tmp instead of the host's.
+    pub confined: bool,
+}
+
+/// Files and directories of /proc and /sys hidden from a real-root
+/// container (runc's `maskedPaths`, with podman's `/sys/fs/selinux`): a directory gets an empty
+/// read-only tmpfs, a file `/dev/null`.
+const MASKED: &[&str] = &[
+    "/proc/acpi",
+    "/proc/asound",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/sys/devices/virtual/powercap",
+    "/sys/firmware",
+    "/sys/fs/selinux",
+];
+
+/// Parts of /proc a real-root container sees read-only (runc's
+/// `readonlyPaths`): sysctls (`core_pattern`, `modprobe`), sysrq, irq.
+const READ_ONLY: &[&str] = &[
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
+/// Masks and write-protects [`MASKED`] and [`READ_ONLY`] under `root`;
+/// paths this kernel lacks are skipped.
+fn confine_proc_and_sys(root: &OwnedFd) -> Result<()> {
+    let existing = |p: &str| {
+        openat2(
+            root.as_fd(),
+            p.trim_start_matches('/'),
+            OFlags::PATH | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+            ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+        )
+        .ok()
+        .and_then(|fd| rustix::fs::fstat(&fd).ok())
+    };
+    for path in MASKED {
+        let Some(st) = existing(path) else { continue };
+        let under = resolve_target(root, path, TargetKind::Dir)
+            .or_else(|_| resolve_target(root, path, TargetKind::File))?;
+        let t = fd_path(&under);
+        let r =
+            if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory {
+                sys::mount(
+                    Some(Path::new("berth-masked")),
+                    &t,
+                    Some("tmpfs"),
+                    libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    Some("size=0"),
+                )
+            } else {
+                sys::mount(Some(Path::new("/dev/null")), &t, None, libc::MS_BIND, None)
+            };
+        r.map_err(|e| mount_err("mask", Path::new(path), e))?;
+    }
+    for path in READ_ONLY {
+        if existing(path).is_none() {
+            continue;
+        }
+        let under = resolve_target(root, path, TargetKind::Dir)
+            .or_else(|_| resolve_target(root, path, TargetKind::File))?;
+        let t = fd_path(&under);
+        sys::mount(Some(&t), &t, None, libc::MS_BIND | libc::MS_REC, None)
+            .map_err(|e| mount_err("bind", Path::new(path), e))?;
+        drop(under);
+        let on_top = resolve_target(root, path, TargetKind::Dir)
+            .or_else(|_| resolve_target(root, path, TargetKind::File))?;
+        sys::mount(
+            None,
+            &fd_path(&on_top),
+            None,
+            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+            None,
+        )
+        .map_err(|e| mount_err("remount read-only", Path::new(path), e))?;
+        below_too(&on_top, true).map_err(|e| mount_err("remount read-only", Path::new(path), e))?;
+    }
+    Ok(())
 }
 
 const DEV_NODES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
@@ -199,7 +288,72 @@ fn bind(
         flags |= libc::MS_RDONLY;
     }
     sys::mount(None, &fd_path(&on_top), None, flags, None)
-        .map_err(|e| mount_err("remount bind", Path::new(target), e))
+        .map_err(|e| mount_err("remount bind", Path::new(target), e))?;
+    if recursive {
+        below_too(&on_top, readonly)
+            .map_err(|e| mount_err("remount submounts", Path::new(target), e))?;
+    }
+    Ok(())
+}
+
+/// Gives the mounts below a recursive bind what its top mount got: nosuid,
+/// nodev and, for a read-only bind, read-only (a `:ro` bind of a tree with
+/// an NFS automount or `/sys/fs/cgroup` inside is read-only all the way
+/// down, runc's `rro`). `mount_setattr(AT_RECURSIVE)` where the kernel has
+/// it (5.12), else each submount listed in mountinfo is remounted.
+fn below_too(top: &OwnedFd, readonly: bool) -> std::io::Result<()> {
+    let mut set = sys::ATTR_NOSUID | sys::ATTR_NODEV;
+    if readonly {
+        set |= sys::ATTR_RDONLY;
+    }
+    match sys::set_mount_attr_recursive(top.as_fd(), set) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
+        other => return other,
+    }
+    let top_path = fs::read_link(fd_path(top))?;
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo")?;
+    for point in submounts(&mountinfo, &top_path) {
+        let mut flags = libc::MS_REMOUNT | libc::MS_BIND | locked_flags(&point);
+        if readonly {
+            flags |= libc::MS_RDONLY;
+        }
+        sys::mount(None, &point, None, flags, None)?;
+    }
+    Ok(())
+}
+
+/// Mount points strictly below `top` in a mountinfo text (field 5, with the
+/// kernel's octal escapes undone), parents first.
+fn submounts(mountinfo: &str, top: &Path) -> Vec<PathBuf> {
+    let unescape = |s: &str| {
+        let b = s.as_bytes();
+        let mut out = Vec::with_capacity(b.len());
+        let mut i = 0;
+        while i < b.len() {
+            let octal = b.get(i + 1..i + 4).and_then(|d| {
+                std::str::from_utf8(d)
+                    .ok()
+                    .and_then(|d| u8::from_str_radix(d, 8).ok())
+            });
+            match (b[i], octal) {
+                (b'\\', Some(c)) => {
+                    out.push(c);
+                    i += 4;
+                }
+                (c, _) => {
+                    out.push(c);
+                    i += 1;
+                }
+            }
+        }
+        PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(out))
+    };
+    mountinfo
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(unescape)
+        .filter(|p| p != top && p.starts_with(top))
+        .collect()
 }
 
 /// Binds a host device node onto `target` inside `root`. No remount: the
@@ -421,6 +575,20 @@ pub fn prepare(plan: &RootfsPlan<'_>) -> Result<PathBuf> {
         true,
     )?;
 
+    if plan.confined {
+        confine_proc_and_sys(&root_fd)?;
+        let tmp = resolve_target(&root_fd, "/tmp", TargetKind::Dir)?;
+        let t = fd_path(&tmp);
+        sys::mount(
+            Some(Path::new("berth-tmp")),
+            &t,
+            Some("tmpfs"),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            Some("mode=1777"),
+        )
+        .map_err(|e| mount_err("tmpfs", &t, e))?;
+    }
+
     // A minimal /dev: a tmpfs with the host's harmless nodes bound in (a
     // rootless process cannot mknod), a private devpts, and a shared /dev/shm
     // (MPI ranks in different containers use it to talk).
@@ -430,7 +598,7 @@ pub fn prepare(plan: &RootfsPlan<'_>) -> Result<PathBuf> {
         Some(Path::new("berth-dev")),
         &dev,
         Some("tmpfs"),
-        libc::MS_NOSUID | libc::MS_NOEXEC,
+        libc::MS_NOSUID | libc::MS_NOEXEC | libc::MS_NODEV,
         Some("mode=0755,size=64k"),
     )
     .map_err(|e| mount_err("tmpfs", &dev, e))?;
@@ -520,6 +688,7 @@ pub fn prepare(plan: &RootfsPlan<'_>) -> Result<PathBuf> {
 
     // User binds, parents first.
     user_binds(&root_fd, plan.binds)?;
+    hide_state_dir(&root_fd, plan.binds)?;
 
     if !plan.writable {
         sys::mount(
@@ -567,12 +736,56 @@ pub fn extend_and_pivot(root: &Path, binds: &[Bind], workdir: &str) -> Result<()
         let _ = resolve_target(&root_fd, workdir, TargetKind::Dir);
     }
     user_binds(&root_fd, binds)?;
+    hide_state_dir(&root_fd, binds)?;
     if need_write {
         sys::mount(None, root, None, ro | libc::MS_RDONLY, None)
             .map_err(|e| mount_err("remount read-only", root, e))?;
     }
     drop(root_fd);
     pivot(root)
+}
+
+/// Covers berth's runtime directory with an empty read-only tmpfs wherever
+/// a bind shows it in the container (host /tmp holds `/tmp/berth-UID`; a
+/// home may hold `$XDG_RUNTIME_DIR`): what berth later trusts there (keeper
+/// and container records, the image cache, hook bundles) is out of the
+/// container's reach.
+fn hide_state_dir(root: &OwnedFd, binds: &[Bind]) -> Result<()> {
+    let Ok(state) = crate::keeper::state_dir() else {
+        return Ok(());
+    };
+    let real = |p: &Path| fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let state = real(&state);
+    for b in binds.iter().filter(|b| !b.device) {
+        let Ok(rest) = state.strip_prefix(real(&b.source)) else {
+            continue;
+        };
+        let inside = Path::new(&b.target).join(rest);
+        let Some(inside) = inside.to_str() else {
+            continue;
+        };
+        let present = openat2(
+            root.as_fd(),
+            inside.trim_start_matches('/'),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+        )
+        .is_ok();
+        if !present {
+            continue;
+        }
+        let at = resolve_target(root, inside, TargetKind::Dir)?;
+        sys::mount(
+            Some(Path::new("berth-hidden")),
+            &fd_path(&at),
+            Some("tmpfs"),
+            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            Some("size=0,mode=0500"),
+        )
+        .map_err(|e| mount_err("hide the runtime directory at", Path::new(inside), e))?;
+    }
+    Ok(())
 }
 
 /// `pivot_root` into `root` and detach the old root, without a directory
@@ -583,4 +796,28 @@ fn pivot(root: &Path) -> Result<()> {
     sys::umount(Path::new("."), libc::MNT_DETACH)
         .map_err(|e| Error::Mount(format!("detach the old root: {e}")))?;
     std::env::set_current_dir("/").map_err(|e| Error::io("enter", "/", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn submounts_are_those_strictly_below_with_escapes_undone() {
+        let info = "\
+22 1 0:21 / / rw - ext4 /dev/sda rw
+30 22 0:25 / /data rw - ext4 /dev/sdb rw
+31 30 0:26 / /data/nfs rw - nfs srv:/x rw
+32 30 0:27 / /data/with\\040space rw - tmpfs t rw
+33 22 0:28 / /database rw - tmpfs t rw
+";
+        assert_eq!(
+            submounts(info, Path::new("/data")),
+            vec![
+                PathBuf::from("/data/nfs"),
+                PathBuf::from("/data/with space")
+            ]
+        );
+        assert!(submounts(info, Path::new("/data/nfs")).is_empty());
+    }
 }

@@ -159,7 +159,7 @@ fn holder_alive(info: &SharedInfo) -> bool {
 
 /// The container's record, if its holder is alive.
 fn read_alive(dir: &Path) -> Option<SharedInfo> {
-    let text = fs::read_to_string(dir.join("info.json")).ok()?;
+    let text = crate::state::read(&dir.join("info.json")).ok()?;
     let info: SharedInfo = serde_json::from_str(&text).ok()?;
     holder_alive(&info).then_some(info)
 }
@@ -398,10 +398,8 @@ fn create(
         env: spec.env.clone(),
     };
     let path = dir.join("info.json");
-    let tmp = dir.join("info.json.tmp");
     let json = serde_json::to_vec(&info).map_err(|e| Error::Setup(e.to_string()))?;
-    fs::write(&tmp, json).map_err(|e| Error::io("write", &tmp, e))?;
-    fs::rename(&tmp, &path).map_err(|e| Error::io("write", &path, e))?;
+    crate::state::write(&path, &json).map_err(|e| Error::io("write", &path, e))?;
     // The holder keeps its own share of the keeper (inherited descriptor).
     drop(lease);
     Ok(info)
@@ -704,7 +702,7 @@ fn enter_and_exec(
         .map_err(|e| Error::Setup(format!("no_new_privs: {e}")))?;
     let program =
         container::resolve_or_exit(&job.argv[0], &job.env, &job.workdir, job.argv0_fallback);
-    container::exec_command(&program, &job.argv, &job.env, &job.env, job.seccomp)
+    container::exec_command(&program, &job.argv, &job.env, job.seccomp)
 }
 
 #[cfg(test)]

@@ -213,6 +213,125 @@ pub fn mount(
     Ok(())
 }
 
+/// `AT_RECURSIVE` of `<linux/fcntl.h>` (not in the libc crate for Linux).
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+
+/// Mount attributes [`set_mount_attr_recursive`] can add.
+pub const ATTR_RDONLY: u64 = libc::MOUNT_ATTR_RDONLY;
+/// See [`ATTR_RDONLY`].
+pub const ATTR_NOSUID: u64 = libc::MOUNT_ATTR_NOSUID;
+/// See [`ATTR_RDONLY`].
+pub const ATTR_NODEV: u64 = libc::MOUNT_ATTR_NODEV;
+
+/// `mount_setattr(fd, "", AT_EMPTY_PATH | AT_RECURSIVE)`: adds `set` (some
+/// of the `ATTR_*` bits) to the mount `fd` names and to every mount below
+/// it (Linux 5.12; `ENOSYS` before).
+pub fn set_mount_attr_recursive(fd: std::os::fd::BorrowedFd<'_>, set: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let attr = libc::mount_attr {
+        attr_set: set,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: the path is a static NUL-terminated empty string, `attr` is a
+    // valid `struct mount_attr` whose size is passed, and the kernel only
+    // reads it; `fd` is a descriptor borrowed for the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            (libc::AT_EMPTY_PATH as libc::c_uint) | AT_RECURSIVE,
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    };
+    if rc == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `struct loop_info64` of `<linux/loop.h>`.
+#[repr(C)]
+struct LoopInfo64 {
+    device: u64,
+    inode: u64,
+    rdevice: u64,
+    offset: u64,
+    sizelimit: u64,
+    number: u32,
+    encrypt_type: u32,
+    encrypt_key_size: u32,
+    flags: u32,
+    file_name: [u8; 64],
+    crypt_name: [u8; 64],
+    encrypt_key: [u8; 32],
+    init: [u64; 2],
+}
+
+/// `struct loop_config` of `<linux/loop.h>`.
+#[repr(C)]
+struct LoopConfig {
+    fd: u32,
+    block_size: u32,
+    info: LoopInfo64,
+    reserved: [u64; 8],
+}
+
+const LOOP_CTL_GET_FREE: libc::c_ulong = 0x4C82;
+const LOOP_CONFIGURE: libc::c_ulong = 0x4C0A;
+const LO_FLAGS_READ_ONLY: u32 = 1;
+const LO_FLAGS_AUTOCLEAR: u32 = 4;
+
+/// Attaches `file` (by descriptor: no path is walked) to a free loop
+/// device, read-only and cleared when its last user goes (the unmount).
+/// Returns the device's path and an open descriptor that keeps it attached
+/// until the mount holds it. Root only.
+pub fn attach_loop_readonly(
+    file: &std::fs::File,
+) -> io::Result<(std::path::PathBuf, std::fs::File)> {
+    use std::os::fd::AsRawFd;
+    let control = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/loop-control")?;
+    let mut last = io::Error::from(io::ErrorKind::ResourceBusy);
+    // Another process may take the free device between the two calls.
+    for _ in 0..8 {
+        // SAFETY: LOOP_CTL_GET_FREE takes no argument and returns a number.
+        let n = unsafe { libc::ioctl(control.as_raw_fd(), LOOP_CTL_GET_FREE as _) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let path = std::path::PathBuf::from(format!("/dev/loop{n}"));
+        let dev = std::fs::File::options().read(true).open(&path)?;
+        // SAFETY: all-zero bytes are a valid loop_config (plain integers and
+        // arrays).
+        let mut config: LoopConfig = unsafe { std::mem::zeroed() };
+        config.fd = file.as_raw_fd() as u32;
+        config.info.flags = LO_FLAGS_READ_ONLY | LO_FLAGS_AUTOCLEAR;
+        // SAFETY: `config` is a valid `struct loop_config` the kernel only
+        // reads during the call; both descriptors are open.
+        let rc = unsafe {
+            libc::ioctl(
+                dev.as_raw_fd(),
+                LOOP_CONFIGURE as _,
+                &config as *const LoopConfig,
+            )
+        };
+        if rc == 0 {
+            return Ok((path, dev));
+        }
+        last = io::Error::last_os_error();
+        if last.raw_os_error() != Some(libc::EBUSY) {
+            break;
+        }
+    }
+    Err(last)
+}
+
 /// `umount2(2)`.
 pub fn umount(target: &std::path::Path, flags: libc::c_int) -> io::Result<()> {
     let target = cstr(target.as_os_str())?;
@@ -434,10 +553,7 @@ pub const ROOT_KEEPS: &[u32] = &[
     7,  // SETUID
     8,  // SETPCAP
     10, // NET_BIND_SERVICE
-    13, // NET_RAW
     18, // SYS_CHROOT
-    27, // MKNOD
-    29, // AUDIT_WRITE
     31, // SETFCAP
 ];
 

@@ -231,7 +231,10 @@ fn binds(
             Err(e) => tracing::debug!("skipping site bind: {e:#}"),
         }
     }
-    if let Some(h) = home.filter(|h| h.is_dir() && !c.no_home) {
+    // Real root gets no host home, /tmp or working directory unless asked
+    // (-v): a root container writing /root/.ssh or host /tmp owns the node.
+    let host_root = rustix::process::getuid().is_root();
+    if let Some(h) = home.filter(|h| h.is_dir() && !c.no_home && !host_root) {
         common.push(Bind {
             source: h.to_path_buf(),
             target: h.to_string_lossy().into_owned(),
@@ -240,7 +243,7 @@ fn binds(
             device: false,
         });
     }
-    if Path::new("/tmp").is_dir() {
+    if Path::new("/tmp").is_dir() && !host_root {
         common.push(Bind {
             source: PathBuf::from("/tmp"),
             target: "/tmp".to_string(),
@@ -253,7 +256,7 @@ fn binds(
     let common = in_mount_order(common);
     let mut extra: Vec<Bind> = Vec::new();
     let covered = common.iter().any(|b| cwd.starts_with(&b.target));
-    if cwd != Path::new("/") && !covered {
+    if cwd != Path::new("/") && !covered && !host_root {
         extra.push(Bind {
             source: cwd.to_path_buf(),
             target: cwd.to_string_lossy().into_owned(),
@@ -301,10 +304,23 @@ fn cache_path(id: &str) -> Option<PathBuf> {
 /// that `config` names (another configuration's store is not this run's).
 fn cached_by_id(image: &str, config: &Config) -> Option<StoredImage> {
     let path = cache_path(image)?;
-    let cached: CachedImage = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
-    let ours = std::iter::once(&config.store)
-        .chain(config.shared_stores.iter())
-        .any(|store| cached.dir.starts_with(store));
+    let cached: CachedImage =
+        serde_json::from_str(&berth_runtime::state::read(&path).ok()?).ok()?;
+    // The record is in berth's runtime directory: it must name an image
+    // directory of a configured store, without `..`, and a plain file there.
+    let plain = |p: &Path| {
+        p.components().all(|c| {
+            matches!(
+                c,
+                std::path::Component::RootDir | std::path::Component::Normal(_)
+            )
+        })
+    };
+    let ours = plain(&cached.dir)
+        && cached.record.squashfs.file_is_plain()
+        && std::iter::once(&config.store)
+            .chain(config.shared_stores.iter())
+            .any(|store| plain(store) && cached.dir.parent() == Some(&store.join("images")));
     (ours && cached.record.id == image).then(|| StoredImage {
         record: cached.record,
         dir: cached.dir,
@@ -343,10 +359,7 @@ fn remember(img: &StoredImage) {
     };
     if let (Some(parent), Ok(bytes)) = (path.parent(), serde_json::to_vec(&cached)) {
         let _ = std::fs::create_dir_all(parent);
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        if std::fs::write(&tmp, bytes).is_ok() {
-            let _ = std::fs::rename(&tmp, &path);
-        }
+        let _ = berth_runtime::state::write(&path, &bytes);
     }
 }
 
@@ -572,7 +585,8 @@ fn start_once(
     // A run with its own device or library binds does not use the keeper's
     // prepared root: their mount points would stay behind in the shared
     // /dev and upper layer, where later runs would find them.
-    let use_template = !c.no_home && requested.binds().is_empty();
+    // Nor does real root: each of its runs gets its own /proc and /tmp.
+    let use_template = !c.no_home && requested.binds().is_empty() && mode != IdMode::HostRoot;
     let mut plan = always;
     plan.extend(requested);
     // The MPI bind model's ABI check runs inside the container, where the
@@ -641,7 +655,9 @@ fn start_once(
         workdir,
         binds: run_binds.all,
         writable: c.writable,
-        pid_ns: c.pid,
+        // Real root always gets a PID namespace: its CAP_KILL then reaches
+        // the container's processes only.
+        pid_ns: c.pid || mode == IdMode::HostRoot,
         net_none: c.net == "none",
         mode,
         keeper_idle: Duration::from_secs(idle),

@@ -100,7 +100,16 @@ pub fn scrub_environment(root_home: Option<&Path>) -> Vec<String> {
         std::env::remove_var(var);
     }
     if let Some(conf) = std::env::var_os("BERTH_SYSTEM_CONFIG").map(PathBuf::from) {
-        if let Err(why) = root_may_trust(&conf) {
+        // Its directory holds modules.d: that must be root's too; a file
+        // that does not exist reads as an empty config.
+        let dir = conf.parent().filter(|d| !d.as_os_str().is_empty());
+        let checked = dir
+            .map_or(Err("not an absolute path".to_string()), root_may_trust)
+            .and_then(|()| match conf.exists() {
+                true => root_may_trust(&conf),
+                false => Ok(()),
+            });
+        if let Err(why) = checked {
             warnings.push(format!(
                 "running as root: ignoring BERTH_SYSTEM_CONFIG={} ({why}); root reads only root-owned configs that nobody else can write",
                 conf.display()

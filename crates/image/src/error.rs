@@ -134,6 +134,14 @@ pub enum Error {
     /// A host tool is missing or failed.
     #[error("{0}")]
     HostTool(String),
+    /// A store that someone else could write.
+    #[error("store {path} {why}: whoever can write it can change what your containers run; make it yours and not writable by others (chmod go-w), or use another store (--store)")]
+    UntrustedStore {
+        /// The store directory.
+        path: PathBuf,
+        /// Owner or mode.
+        why: String,
+    },
     /// No file to keep registry credentials in.
     #[error("no file to keep registry credentials in: set REGISTRY_AUTH_FILE, XDG_RUNTIME_DIR or HOME (berth never writes them into the current directory)")]
     NoAuthFile,
@@ -161,7 +169,7 @@ impl Error {
             Error::Network { .. } => ErrorClass::Network,
             Error::Integrity { .. } => ErrorClass::Integrity,
             Error::BadImage(_) | Error::UnsafeEntry { .. } => ErrorClass::BadImage,
-            Error::Store { .. } => ErrorClass::Store,
+            Error::Store { .. } | Error::UntrustedStore { .. } => ErrorClass::Store,
             Error::HostTool(_) => ErrorClass::HostTool,
             Error::Input { .. } => ErrorClass::NotFound,
             Error::Cancelled => ErrorClass::BadImage,

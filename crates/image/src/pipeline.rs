@@ -121,7 +121,8 @@ pub fn parse_config(bytes: &[u8], reference: &str) -> Result<ImageConfiguration>
         .map_err(|e| Error::BadImage(format!("{reference}: malformed image config: {e}")))
 }
 
-fn run_config(config: &ImageConfiguration) -> RunConfig {
+/// The run-time settings (`Env`, `Entrypoint`, `Cmd`, ...) of an image config.
+pub fn run_config(config: &ImageConfiguration) -> RunConfig {
     let Some(c) = config.config() else {
         return RunConfig::default();
     };

@@ -130,6 +130,31 @@ impl StoredImage {
         self.dir.join(&self.record.squashfs.file)
     }
 
+    /// The run-time settings from the image's own config.json, after
+    /// checking that its sha256 is the image id: `meta.json` sits in the
+    /// same directory and whoever can write that could change it, the
+    /// content-addressed config they cannot change unseen.
+    pub fn verified_run_config(&self) -> Result<RunConfig> {
+        use sha2::Digest;
+        let path = self.config_path();
+        let mut bytes = Vec::new();
+        File::open(&path)
+            .and_then(|f| {
+                std::io::Read::read_to_end(&mut std::io::Read::take(f, 16 << 20), &mut bytes)
+            })
+            .map_err(|e| Error::store("read", &path, e))?;
+        let digest = format!("sha256:{}", hex::encode(sha2::Sha256::digest(&bytes)));
+        if digest != self.record.id {
+            return Err(Error::BadImage(format!(
+                "{}: digest {digest}, but the image id is {}: the store was changed; remove the image (berth rmi) and pull it again",
+                path.display(),
+                self.record.id
+            )));
+        }
+        let config = crate::pipeline::parse_config(&bytes, &self.record.id)?;
+        Ok(crate::pipeline::run_config(&config))
+    }
+
     /// Path of the exact config JSON.
     pub fn config_path(&self) -> PathBuf {
         self.dir.join("config.json")
@@ -214,9 +239,66 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     fs::rename(&tmp, path).map_err(|e| Error::store("rename", path, e))
 }
 
+/// Why a store path may not be trusted by the calling user: its metadata
+/// `m` must show an owner that is the caller or root (root: root only; a
+/// shared store may have any owner for other callers, as a site's service
+/// account) and no write permission for group or others. Whoever can write
+/// a store can change what the containers run from it.
+fn distrust(m: &fs::Metadata, shared: bool) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    let owner_ok = m.uid() == 0 || m.uid() == me || (shared && me != 0);
+    if !owner_ok {
+        return Some(format!(
+            "belongs to uid {}{}",
+            m.uid(),
+            if me == 0 {
+                " (root uses only root's stores)"
+            } else {
+                ""
+            }
+        ));
+    }
+    if m.mode() & 0o022 != 0 {
+        return Some(format!(
+            "is writable by its group or others (mode {:o})",
+            m.mode() & 0o7777
+        ));
+    }
+    None
+}
+
+/// [`distrust`] of the path `p` (not following a last symlink).
+fn distrust_path(p: &Path, shared: bool) -> Option<String> {
+    match fs::symlink_metadata(p) {
+        Ok(m) if m.file_type().is_symlink() => {
+            // A store root may be a symlink (to scratch, say): its target.
+            fs::metadata(p).ok().and_then(|m| distrust(&m, shared))
+        }
+        Ok(m) => distrust(&m, shared),
+        Err(_) => None,
+    }
+}
+
+/// The shared stores a run may use; the others are named in a warning.
+fn trusted_shared(shared: &[PathBuf]) -> Vec<PathBuf> {
+    shared
+        .iter()
+        .filter(|s| match distrust_path(s, true) {
+            Some(why) => {
+                tracing::warn!("not using the shared store {}: it {why}", s.display());
+                false
+            }
+            None => true,
+        })
+        .cloned()
+        .collect()
+}
+
 impl Store {
     /// Opens (creating if needed) the store at `root`, with `shared` stores
-    /// searched after it.
+    /// searched after it. A store that someone other than the caller (or
+    /// root) could write is refused; such shared stores are skipped.
     pub fn open(root: &Path, shared: &[PathBuf]) -> Result<Self> {
         for sub in ["", "images", "locks", "tmp"] {
             let dir = root.join(sub);
@@ -228,9 +310,14 @@ impl Store {
                     .map_err(|e| Error::store("create", &dir, e))?;
             }
         }
+        for p in [root.to_path_buf(), root.join("images")] {
+            if let Some(why) = distrust_path(&p, false) {
+                return Err(Error::UntrustedStore { path: p, why });
+            }
+        }
         Ok(Self {
             root: root.to_path_buf(),
-            shared: shared.to_vec(),
+            shared: trusted_shared(shared),
         })
     }
 
@@ -388,6 +475,12 @@ impl Store {
     }
 
     fn load(dir: &Path, shared: bool, names: Vec<String>) -> Option<StoredImage> {
+        for p in [dir.to_path_buf(), dir.join("meta.json")] {
+            if let Some(why) = distrust_path(&p, shared) {
+                tracing::warn!("ignoring {}: it {why}", p.display());
+                return None;
+            }
+        }
         let bytes = fs::read(dir.join("meta.json")).ok()?;
         let record: ImageRecord = serde_json::from_slice(&bytes).ok()?;
         if !record.squashfs.file_is_plain() {
@@ -454,9 +547,13 @@ impl Store {
         if !is_full_id(id) {
             return None;
         }
+        let shared = trusted_shared(shared);
         std::iter::once((root, false))
             .chain(shared.iter().map(|s| (s.as_path(), true)))
             .find_map(|(r, is_shared)| {
+                if distrust_path(r, is_shared).is_some() {
+                    return None;
+                }
                 let dir_path = r.join("images").join(id_dir_name(id));
                 // O_PATH: no open request to the filesystem, only the walk.
                 let dir = rustix::fs::open(
@@ -488,6 +585,22 @@ impl Store {
                     return None;
                 }
                 let image = open(&record.squashfs.file)?;
+                // The image's directory and files: nobody else writes them.
+                let dir_meta = fs::metadata(format!(
+                    "/proc/self/fd/{}",
+                    std::os::fd::AsRawFd::as_raw_fd(&dir)
+                ))
+                .ok()?;
+                let trusted = [Some(dir_meta), meta.metadata().ok(), image.metadata().ok()]
+                    .into_iter()
+                    .all(|m| m.is_some_and(|m| distrust(&m, is_shared).is_none()));
+                if !trusted {
+                    tracing::warn!(
+                        "not using {}: it can be written by others",
+                        dir_path.display()
+                    );
+                    return None;
+                }
                 Some((
                     StoredImage {
                         record,

@@ -448,17 +448,33 @@ pub fn cloexec_all_but(keep: &[i32]) {
 /// Writes the id maps of the calling process's (fresh) user namespace:
 /// `setgroups` denied first (required to map groups unprivileged), then
 /// one `uid_map` and one `gid_map` line.
+///
+/// The files are opened as `/proc/PID/...` without following any symlink
+/// and must be on a procfs: after `pivot_root` /proc is the container's,
+/// and an image whose `/proc` is a symlink into a later bind (the
+/// CVE-2019-16884 pattern) would otherwise take the writes.
 pub fn write_id_maps(uid_line: &str, gid_line: &str) -> io::Result<()> {
-    let write = |path: &str, text: &str| -> io::Result<()> {
+    const PROC_SUPER_MAGIC: i64 = 0x9fa0;
+    let pid = std::process::id();
+    let write = |name: &str, text: &str| -> io::Result<()> {
         use std::io::Write;
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(path)?
-            .write_all(text.as_bytes())
+        let fd = rustix::fs::openat2(
+            rustix::fs::CWD,
+            format!("/proc/{pid}/{name}"),
+            rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+            rustix::fs::ResolveFlags::NO_SYMLINKS,
+        )?;
+        if rustix::fs::fstatfs(&fd)?.f_type as i64 != PROC_SUPER_MAGIC {
+            return Err(io::Error::other(format!(
+                "/proc/{pid}/{name} is not on a proc file system"
+            )));
+        }
+        std::fs::File::from(fd).write_all(text.as_bytes())
     };
-    write("/proc/self/setgroups", "deny")?;
-    write("/proc/self/uid_map", &format!("{uid_line}\n"))?;
-    write("/proc/self/gid_map", &format!("{gid_line}\n"))
+    write("setgroups", "deny")?;
+    write("uid_map", &format!("{uid_line}\n"))?;
+    write("gid_map", &format!("{gid_line}\n"))
 }
 
 /// Makes every mount of the current mount namespace a slave, so nothing
@@ -623,4 +639,62 @@ pub fn take_inherited_fd(fd: i32) -> Option<std::fs::File> {
     let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
     let _ = rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC);
     Some(std::fs::File::from(owned))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// L6 of the security review: with something other than a procfs at
+    /// /proc (here a tmpfs in a private mount namespace, holding plain
+    /// files and then a symlink where /proc/PID/ would be), the id maps are
+    /// not written there.
+    #[test]
+    fn id_maps_are_written_only_to_a_procfs() {
+        // SAFETY: the child makes only system calls and exits.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let code = (|| -> Option<i32> {
+                let (uid, gid) = (
+                    rustix::process::getuid().as_raw(),
+                    rustix::process::getgid().as_raw(),
+                );
+                unshare(rustix::thread::UnshareFlags::NEWUSER).ok()?;
+                // On the real procfs: written.
+                write_id_maps(&format!("0 {uid} 1"), &format!("0 {gid} 1")).ok()?;
+                unshare(
+                    rustix::thread::UnshareFlags::NEWUSER | rustix::thread::UnshareFlags::NEWNS,
+                )
+                .ok()?;
+                write_id_maps("0 0 1", "0 0 1").ok()?;
+                make_rslave().ok()?;
+                let proc_dir = std::path::Path::new("/proc");
+                mount(Some(proc_dir), proc_dir, Some("tmpfs"), 0, None).ok()?;
+                let me = proc_dir.join(std::process::id().to_string());
+                std::fs::create_dir(&me).ok()?;
+                for f in ["setgroups", "uid_map", "gid_map"] {
+                    std::fs::write(me.join(f), "").ok()?;
+                }
+                // As a procfs has it (the previous code wrote through it).
+                std::os::unix::fs::symlink(std::process::id().to_string(), proc_dir.join("self"))
+                    .ok()?;
+                let plain = write_id_maps("0 0 1", "0 0 1");
+                if !plain.is_err_and(|e| e.to_string().contains("not on a proc")) {
+                    return Some(2);
+                }
+                std::fs::remove_dir_all(&me).ok()?;
+                std::os::unix::fs::symlink("/tmp", &me).ok()?;
+                Some(if write_id_maps("0 0 1", "0 0 1").is_err() {
+                    0
+                } else {
+                    3
+                })
+            })()
+            .unwrap_or(4);
+            exit_now(code);
+        }
+        let (_, exit) = wait(pid, false).unwrap().unwrap();
+        assert_eq!(exit.as_code(), 0);
+    }
 }

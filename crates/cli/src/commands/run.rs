@@ -481,7 +481,7 @@ fn start_once(
                         &config.shared_stores,
                         image,
                     );
-                    let img = match found {
+                    let mut img = match found {
                         Some((img, file)) => {
                             image_file = Some(std::sync::Arc::new(file));
                             img
@@ -491,6 +491,10 @@ fn start_once(
                             find_or_pull(&config, &store, image, c)?
                         }
                     };
+                    // Env, Entrypoint, Cmd from the config whose digest is
+                    // the id, not from meta.json beside it (a store writer
+                    // could edit that); the node's record keeps them.
+                    img.record.run = img.verified_run_config()?;
                     remember(&img);
                     startup_lock =
                         lock.map(|l| std::sync::Arc::new(std::sync::Mutex::new(Some(l))));

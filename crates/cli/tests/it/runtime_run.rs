@@ -589,7 +589,20 @@ fn real_root_uses_a_kernel_mount_and_keeps_only_podmans_default_capabilities() {
     }
     let sb = Sandbox::new(env);
     let img = layers(&sb);
-    // The same store, used by root itself (no user namespace).
+    // The user's store, used by root: refused (M6 of the security review:
+    // the user could change what root runs).
+    let mut c = sb.berth(&["run", &img, "true"]);
+    c.uid(0).gid(0);
+    let out = c.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains("root uses only root's stores"), "{err}");
+    // Root's own store (no user namespace).
+    let root_store = sb.dir.path().join("root-store");
+    fs::create_dir_all(&root_store).unwrap();
+    let mut c = sb.berth(&["pull", "-q", "--tls-verify=false", &img]);
+    c.uid(0).gid(0).env("BERTH_STORE", &root_store);
+    assert!(c.status().unwrap().success());
     let mut c = sb.berth(&[
         "run",
         "--entrypoint",
@@ -601,6 +614,7 @@ fn real_root_uses_a_kernel_mount_and_keeps_only_podmans_default_capabilities() {
     ]);
     c.uid(0)
         .gid(0)
+        .env("BERTH_STORE", &root_store)
         .env("XDG_RUNTIME_DIR", sb.dir.path().join("root-run"));
     fs::create_dir_all(sb.dir.path().join("root-run")).unwrap();
     let out = c.output().unwrap();

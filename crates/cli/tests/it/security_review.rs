@@ -784,3 +784,75 @@ fn the_default_filter_refuses_keyrings_and_userfaultfd() {
         "keyctl refused without the filter: {open}"
     );
 }
+
+/// M6: a store was trusted whoever could write it. A group-writable store
+/// (a project store, say) is refused, a group-writable shared store is
+/// skipped with a warning; an edited `meta.json` (Entrypoint, Env) no
+/// longer changes what runs, since the run configuration comes from the
+/// config whose digest is the id, and an edited config.json is refused.
+#[test]
+fn a_store_others_can_write_or_an_edited_record_is_not_trusted() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let img = image_with(&sb, "m6", "true", "--config.env GREETING=from-config");
+    let chmod = |mode: &str, p: &std::path::Path| {
+        assert!(Command::new("chmod")
+            .arg(mode)
+            .arg(p)
+            .status()
+            .unwrap()
+            .success());
+    };
+    // meta.json says otherwise: the config wins.
+    let dir = sb.squashfs_of(&img).parent().unwrap().to_path_buf();
+    let meta_path = dir.join("meta.json");
+    let mut meta: serde_json::Value =
+        serde_json::from_slice(&fs::read(&meta_path).unwrap()).unwrap();
+    meta["run"]["env"] = serde_json::json!(["PATH=/bin", "GREETING=planted", "LD_PRELOAD=/x.so"]);
+    chmod("u+w", &meta_path);
+    fs::write(&meta_path, serde_json::to_vec(&meta).unwrap()).unwrap();
+    chmod("0444", &meta_path);
+    let out = sb.run(&["run", &img, "sh", "-c", "echo $GREETING $LD_PRELOAD"]);
+    assert_eq!(out.code(), 0, "{}", out.stderr());
+    assert_eq!(out.stdout().trim(), "from-config", "{}", out.stdout());
+    // An edited config.json: refused.
+    let config = dir.join("config.json");
+    chmod("u+w", &config);
+    let text = fs::read_to_string(&config)
+        .unwrap()
+        .replace("from-config", "planted");
+    fs::write(&config, text).unwrap();
+    let out = sb.run(&["run", &img, "true"]);
+    assert_ne!(out.code(), 0);
+    assert!(
+        out.stderr().contains("the store was changed"),
+        "{}",
+        out.stderr()
+    );
+    // A group-writable store: refused, with the fix.
+    chmod("g+w", &sb.store());
+    let out = sb.run(&["run", &img, "true"]);
+    assert_eq!(out.code(), 125, "{}", out.stderr());
+    assert!(
+        out.stderr().contains("writable by its group"),
+        "{}",
+        out.stderr()
+    );
+    chmod("g-w", &sb.store());
+    // A group-writable shared store: skipped, with a warning.
+    let site = Sandbox::new(env);
+    let shared_img = image_with(&site, "m6-shared", "true", "");
+    chmod("g+w", &site.store());
+    fs::write(
+        sb.dir.path().join("no-site-config.toml"),
+        format!("shared_stores = [\"{}\"]\n", site.store().display()),
+    )
+    .unwrap();
+    let out = sb.run(&["inspect", &shared_img]);
+    assert!(
+        out.stderr().contains("not using the shared store"),
+        "{}",
+        out.stderr()
+    );
+    assert_ne!(out.code(), 0, "{}", out.stdout());
+}

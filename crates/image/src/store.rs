@@ -284,12 +284,14 @@ fn distrust_path(p: &Path, shared: bool) -> Option<String> {
 fn trusted_shared(shared: &[PathBuf]) -> Vec<PathBuf> {
     shared
         .iter()
-        .filter(|s| match distrust_path(s, true) {
-            Some(why) => {
-                tracing::warn!("not using the shared store {}: it {why}", s.display());
-                false
+        .filter(|s| {
+            match distrust_path(s, true).or_else(|| distrust_path(&s.join("images"), true)) {
+                Some(why) => {
+                    tracing::warn!("not using the shared store {}: it {why}", s.display());
+                    false
+                }
+                None => true,
             }
-            None => true,
         })
         .cloned()
         .collect()
@@ -451,6 +453,10 @@ impl Store {
 
     fn read_names(root: &Path) -> Result<BTreeMap<String, String>> {
         let path = root.join("names.json");
+        if let Some(why) = distrust_path(&path, true) {
+            tracing::warn!("ignoring the names in {}: it {why}", path.display());
+            return Ok(BTreeMap::new());
+        }
         match fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
                 Error::store(
@@ -489,6 +495,10 @@ impl Store {
                 dir.display(),
                 record.squashfs.file
             );
+            return None;
+        }
+        if let Some(why) = distrust_path(&dir.join(&record.squashfs.file), shared) {
+            tracing::warn!("ignoring {}: its squashfs file {why}", dir.display());
             return None;
         }
         Some(StoredImage {

@@ -238,6 +238,10 @@ pub fn write_bundle(
     cwd: &str,
     annotations: &[(String, String)],
 ) -> std::io::Result<()> {
+    // A symlink planted at the bundle's (per-run) name is not followed.
+    if std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
+        std::fs::remove_file(dir)?;
+    }
     std::fs::create_dir_all(dir)?;
     let ann: serde_json::Map<String, serde_json::Value> = annotations
         .iter()
@@ -253,7 +257,8 @@ pub fn write_bundle(
         },
         "annotations": ann,
     });
-    std::fs::write(dir.join("config.json"), config.to_string())
+    // In the runtime directory: written fresh, never through a symlink.
+    crate::state::write(&dir.join("config.json"), config.to_string().as_bytes())
 }
 
 #[cfg(test)]

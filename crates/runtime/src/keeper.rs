@@ -80,6 +80,26 @@ pub const ROOT_STATE_DIR: &str = "/run/berth";
 /// or `/tmp/berth-UID` (root: [`ROOT_STATE_DIR`]), created 0700 and
 /// refused if someone else owns it.
 pub fn state_dir() -> Result<PathBuf> {
+    if let Some(d) = STATE_DIR.get() {
+        return Ok(d.clone());
+    }
+    let dir = find_state_dir()?;
+    Ok(STATE_DIR.get_or_init(|| dir).clone())
+}
+
+/// The runtime directory once known: worked out by the first call in the
+/// caller's own identity (the run's children, inside user namespaces where
+/// they are uid 0, inherit it), or set by a keeper from its directory.
+static STATE_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// A keeper's runtime directory: the one above `keepers/NAME`.
+fn adopt_state_dir(keeper_dir: &Path) {
+    if let Some(d) = keeper_dir.parent().and_then(Path::parent) {
+        let _ = STATE_DIR.set(d.to_path_buf());
+    }
+}
+
+fn find_state_dir() -> Result<PathBuf> {
     let uid = rustix::process::getuid().as_raw();
     let dir = match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
         // Root's state never lives where users write.
@@ -179,6 +199,21 @@ pub(crate) fn lock(f: &File, op: FlockOperation, path: &Path) -> Result<()> {
     flock(f, op).map_err(|e| Error::io("lock", path, e.into()))
 }
 
+/// The pid in a helper's pid file (`holder.pid`, `identity.pid`) if it
+/// names a child of `keeper` (the keeper forks its helpers), so a pid
+/// planted there cannot make a run join some other process's namespaces.
+fn helper_of(file: &Path, keeper: i32) -> Option<i32> {
+    let pid: i32 = state::read(file).ok()?.trim().parse().ok()?;
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let ppid: i32 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("PPid:"))?
+        .trim()
+        .parse()
+        .ok()?;
+    (ppid == keeper).then_some(pid)
+}
+
 /// The keeper of `dir`, if its pid file names a live one: a process
 /// running this very berth binary (same device and inode: a process that
 /// only calls itself `__keeper` is not one) with `__keeper DIR` as its
@@ -263,10 +298,9 @@ pub fn acquire(
         }
     };
     let template_mntns = match (&wanted, state::read(&dir.join("template.json"))) {
-        (Some(w), Ok(have)) if *w == have => state::read(&dir.join("holder.pid"))
-            .ok()
-            .and_then(|p| p.trim().parse::<i32>().ok())
-            .and_then(|holder| open_ns(holder, "mnt").ok()),
+        (Some(w), Ok(have)) if *w == have => {
+            helper_of(&dir.join("holder.pid"), pid).and_then(|holder| open_ns(holder, "mnt").ok())
+        }
         _ => None,
     };
     let users_path = dir.join("users.lock");
@@ -278,9 +312,7 @@ pub fn acquire(
     };
     let mntns = open_ns(pid, "mnt")?;
     let identity_userns = match mode {
-        IdMode::Identity => state::read(&dir.join("identity.pid"))
-            .ok()
-            .and_then(|p| p.trim().parse::<i32>().ok())
+        IdMode::Identity => helper_of(&dir.join("identity.pid"), pid)
             .and_then(|holder| open_ns(holder, "user").ok()),
         _ => None,
     };
@@ -511,6 +543,7 @@ fn keeper_run(args: &[String]) -> Result<()> {
         ));
     };
     let dir = PathBuf::from(dir);
+    adopt_state_dir(&dir);
     let image = PathBuf::from(image);
     let mode = IdMode::parse(mode).ok_or_else(|| Error::Setup(format!("bad mode {mode}")))?;
     let idle = Duration::from_secs(idle.parse().unwrap_or(30));
@@ -940,6 +973,20 @@ fn serve(dir: &Path, idle: Duration, mut server: Option<&mut std::process::Child
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pid planted in a helper's pid file counts only if the process is
+    /// the keeper's child.
+    #[test]
+    fn a_helper_is_a_child_of_its_keeper() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("holder.pid");
+        state::write(&f, format!("{}\n", std::process::id()).as_bytes()).unwrap();
+        let parent = rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get());
+        assert_eq!(helper_of(&f, parent), Some(std::process::id() as i32));
+        assert_eq!(helper_of(&f, parent + 1), None);
+        state::write(&f, b"1\n").unwrap();
+        assert_eq!(helper_of(&f, parent), None);
+    }
 
     #[test]
     fn each_slurm_job_has_its_own_keepers() {

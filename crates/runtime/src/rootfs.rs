@@ -134,11 +134,16 @@ fn confine_proc_and_sys(root: &OwnedFd) -> Result<()> {
         drop(under);
         let on_top = resolve_target(root, path, TargetKind::Dir)
             .or_else(|_| resolve_target(root, path, TargetKind::File))?;
+        let top = fd_path(&on_top);
         sys::mount(
             None,
-            &fd_path(&on_top),
+            &top,
             None,
-            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+            libc::MS_REMOUNT
+                | libc::MS_BIND
+                | libc::MS_RDONLY
+                | libc::MS_NOEXEC
+                | locked_flags(&top),
             None,
         )
         .map_err(|e| mount_err("remount read-only", Path::new(path), e))?;
@@ -751,9 +756,7 @@ pub fn extend_and_pivot(root: &Path, binds: &[Bind], workdir: &str) -> Result<()
 /// and container records, the image cache, hook bundles) is out of the
 /// container's reach.
 fn hide_state_dir(root: &OwnedFd, binds: &[Bind]) -> Result<()> {
-    let Ok(state) = crate::keeper::state_dir() else {
-        return Ok(());
-    };
+    let state = crate::keeper::state_dir()?;
     let real = |p: &Path| fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
     let state = real(&state);
     for b in binds.iter().filter(|b| !b.device) {

@@ -73,7 +73,7 @@ mod arch {
     pub const X32_BIT: Option<u32> = None;
     /// [`super::DENIED`] in the 32-bit ARM (EABI) table, in the same order.
     pub const COMPAT_DENIED: [u32; 18] = [
-        309, 311, 310, 388, 347, 0, 128, 379, 129, 371, 88, 87, 115, 0, 0, 51, 249, 386,
+        309, 311, 310, 388, 347, 401, 128, 379, 129, 371, 88, 87, 115, 0, 0, 51, 249, 386,
     ];
     pub const NATIVE_PORT_IO: [u32; 2] = [0, 0];
 }

@@ -282,6 +282,9 @@ struct LoopConfig {
 
 const LOOP_CTL_GET_FREE: libc::c_ulong = 0x4C82;
 const LOOP_CONFIGURE: libc::c_ulong = 0x4C0A;
+const LOOP_SET_FD: libc::c_ulong = 0x4C00;
+const LOOP_CLR_FD: libc::c_ulong = 0x4C01;
+const LOOP_SET_STATUS64: libc::c_ulong = 0x4C04;
 const LO_FLAGS_READ_ONLY: u32 = 1;
 const LO_FLAGS_AUTOCLEAR: u32 = 4;
 
@@ -325,6 +328,34 @@ pub fn attach_loop_readonly(
             return Ok((path, dev));
         }
         last = io::Error::last_os_error();
+        if matches!(last.raw_os_error(), Some(libc::EINVAL | libc::ENOTTY)) {
+            // Before Linux 5.8: LOOP_SET_FD (read-only: the file is open
+            // read-only), then the autoclear flag.
+            // SAFETY: LOOP_SET_FD takes a descriptor number.
+            let rc = unsafe { libc::ioctl(dev.as_raw_fd(), LOOP_SET_FD as _, file.as_raw_fd()) };
+            if rc != 0 {
+                last = io::Error::last_os_error();
+                if last.raw_os_error() == Some(libc::EBUSY) {
+                    continue;
+                }
+                break;
+            }
+            // SAFETY: `config.info` is a valid loop_info64 the kernel reads.
+            let rc = unsafe {
+                libc::ioctl(
+                    dev.as_raw_fd(),
+                    LOOP_SET_STATUS64 as _,
+                    &config.info as *const LoopInfo64,
+                )
+            };
+            if rc == 0 {
+                return Ok((path, dev));
+            }
+            last = io::Error::last_os_error();
+            // SAFETY: LOOP_CLR_FD takes no argument.
+            unsafe { libc::ioctl(dev.as_raw_fd(), LOOP_CLR_FD as _, 0) };
+            break;
+        }
         if last.raw_os_error() != Some(libc::EBUSY) {
             break;
         }

@@ -649,6 +649,11 @@ fn start_once(
         .unwrap_or(config.runtime.keeper_idle_seconds);
     let timing =
         c.timing || std::env::var_os("BERTH_TIMING").is_some_and(|v| v != "0" && !v.is_empty());
+    if mode == IdMode::HostRoot && shared.is_some() {
+        return Err(anyhow!(
+            "shared containers (--shared, Slurm's per-node containers) are not supported as real root: their tasks share the host's PID namespace, where a root container could signal any process; run as a user, or without --shared"
+        ));
+    }
     let seccomp = security_options(&c.security_opt)?;
     let spec = RunSpec {
         seccomp,
@@ -660,7 +665,7 @@ fn start_once(
         binds: run_binds.all,
         writable: c.writable,
         // Real root always gets a PID namespace: its CAP_KILL then reaches
-        // the container's processes only.
+        // the container's processes only (so no --shared as root, below).
         pid_ns: c.pid || mode == IdMode::HostRoot,
         net_none: c.net == "none",
         mode,

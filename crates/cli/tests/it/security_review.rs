@@ -751,6 +751,38 @@ fn a_container_cannot_see_or_write_berths_runtime_directory() {
         assert!(!all.contains("STATE-WRITTEN"), "{extra:?}: {all}");
         assert!(!state.join("images/planted.json").exists(), "{extra:?}");
     }
+    // Without XDG_RUNTIME_DIR (usual on compute nodes) the directory is
+    // $TMPDIR/berth-UID, worked out before berth enters its namespaces
+    // (inside them it is uid 0): hidden too.
+    let tmpdir = sb.dir.path().join("tmpdir");
+    fs::create_dir_all(&tmpdir).unwrap();
+    sb.chown_to_user(&tmpdir);
+    let (uid, _, _) = sb.env.user.clone().expect("tests run as root");
+    let state = tmpdir.join(format!("berth-{uid}"));
+    let s = state.display();
+    let out = sb
+        .berth(&[
+            "run",
+            &img,
+            "sh",
+            "-c",
+            &format!(
+                "ls {s} | grep . && echo STATE-LISTED; echo x > {s}/planted && echo STATE-WRITTEN; true"
+            ),
+        ])
+        .env_remove("XDG_RUNTIME_DIR")
+        .env("TMPDIR", &tmpdir)
+        .output()
+        .unwrap();
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{all}");
+    assert!(state.join("keepers").is_dir(), "no state in {s}: {all}");
+    assert!(!all.contains("STATE-LISTED"), "{all}");
+    assert!(!all.contains("STATE-WRITTEN"), "{all}");
 }
 
 /// The default seccomp filter beyond the terminal: kernel keyrings (shared

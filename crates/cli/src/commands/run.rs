@@ -427,6 +427,8 @@ fn start(
     started: Instant,
     how: How,
 ) -> Result<i32> {
+    // Bad options fail before anything is pulled or started.
+    security_options(&c.security_opt)?;
     let again = (request.clone(), how.clone());
     match start_once(ctx, c, image, request, started, how, true) {
         Err(e)

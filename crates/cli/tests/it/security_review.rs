@@ -270,6 +270,13 @@ fn the_container_cannot_inject_input_into_the_callers_terminal() {
     assert!(size.contains("size"), "{size}");
     sb.run(&["run", "--security-opt", "apparmor=x", &img, "true"])
         .fails(125, "--security-opt");
+    // Checked before anything is pulled: no pull of an image that is not
+    // there, the option named.
+    let missing = format!("{}/berth-test/not-there:latest", sb.env.anon());
+    let out = sb.run(&["run", "--security-opt", "seccomp=x", &missing, "true"]);
+    assert_eq!(out.code(), 125, "{}", out.stderr());
+    assert!(out.stderr().contains("--security-opt"), "{}", out.stderr());
+    assert!(!out.stderr().contains("Fetching"), "{}", out.stderr());
 }
 
 /// Unmounts a host mount the test made, however the test ends.

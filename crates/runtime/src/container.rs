@@ -450,19 +450,19 @@ pub(crate) fn child(
             spec.workdir
         ))
     })?;
-    match spec.mode {
-        IdMode::Identity => match &lease.identity_userns {
-            // The keeper's shared identity namespace: one for all runs.
-            Some(ns) => {
-                rustix::thread::move_into_link_name_space(ns.as_fd(), Some(LinkNameSpaceType::User))
-                    .map_err(|e| Error::Namespace(format!("join the identity namespace: {e}")))?
-            }
-            None => become_caller(spec.uid, spec.gid)?,
-        },
+    match (spec.mode, &lease.nested_userns) {
+        // The keeper's nested namespace: one for all runs, and none of its
+        // capabilities (fakeroot's root has all of them) reach the
+        // keeper's namespace, its mounts or its processes.
+        (IdMode::Identity | IdMode::FakeRoot, Some(ns)) => {
+            rustix::thread::move_into_link_name_space(ns.as_fd(), Some(LinkNameSpaceType::User))
+                .map_err(|e| Error::Namespace(format!("join the nested user namespace: {e}")))?
+        }
+        (IdMode::Identity, None) => become_caller(spec.uid, spec.gid)?,
+        (IdMode::FakeRoot, None) => become_caller(0, 0)?,
         // Real root has real capabilities: keep Docker's default set only.
-        IdMode::HostRoot => sys::restrict_bounding_set(sys::ROOT_KEEPS)
+        (IdMode::HostRoot, _) => sys::restrict_bounding_set(sys::ROOT_KEEPS)
             .map_err(|e| Error::Setup(format!("drop capabilities: {e}")))?,
-        IdMode::FakeRoot => {}
     }
     rustix::thread::set_no_new_privs(true)
         .map_err(|e| Error::Setup(format!("no_new_privs: {e}")))?;

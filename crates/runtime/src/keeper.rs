@@ -45,10 +45,14 @@ pub enum IdMode {
 }
 
 impl IdMode {
-    /// The keeper serving this mode (identity and fakeroot share one).
+    /// The keeper serving this mode. Identity and fakeroot runs never
+    /// share one: a fakeroot container is root in its own nested user
+    /// namespace, and keeping its prepared root (and the upper layer it
+    /// writes) apart from identity runs' is what keeps it out of theirs.
     fn keeper_kind(self) -> &'static str {
         match self {
-            IdMode::Identity | IdMode::FakeRoot => "user",
+            IdMode::Identity => "user",
+            IdMode::FakeRoot => "fakeroot",
             IdMode::HostRoot => "root",
         }
     }
@@ -116,11 +120,22 @@ fn find_state_dir() -> Result<PathBuf> {
     }
     let meta = fs::symlink_metadata(&dir).map_err(|e| Error::io("inspect", &dir, e))?;
     use std::os::unix::fs::MetadataExt;
-    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+    if meta.uid() != uid {
+        // Someone else made it first (a name in a shared /tmp can be
+        // taken): berth will not use it, and the caller cannot remove it.
         return Err(Error::Setup(format!(
-            "runtime directory {} is not a private directory of yours (owner {}, mode {:o}); remove it or set XDG_RUNTIME_DIR",
+            "runtime directory {} belongs to another user (uid {}), so berth cannot keep its state there; \
+             set XDG_RUNTIME_DIR to a private directory of yours on this node (for example \
+             `export XDG_RUNTIME_DIR=$(mktemp -d)`), or ask the administrator to remove {}",
             dir.display(),
             meta.uid(),
+            dir.display()
+        )));
+    }
+    if !meta.is_dir() || meta.mode() & 0o077 != 0 {
+        return Err(Error::Setup(format!(
+            "runtime directory {} is not a private directory (mode {:o}); remove it (berth makes it again, mode 0700) or set XDG_RUNTIME_DIR",
+            dir.display(),
             meta.mode() & 0o7777
         )));
     }
@@ -140,12 +155,15 @@ pub struct KeeperLease {
     /// The mount namespace of the keeper's prepared root, when it was
     /// prepared for the same [`Template`] as this run's.
     pub template_mntns: Option<OwnedFd>,
-    /// In identity mode, the nested user namespace (the caller's own ids
-    /// inside) that every run of the keeper joins: one namespace for all
-    /// ranks of a node, so MPI's shared-memory and cross-memory-attach
-    /// transports (which open /proc/PID/fd of a peer, or ptrace-read it)
-    /// work between containers.
-    pub identity_userns: Option<OwnedFd>,
+    /// The user namespace nested in the keeper's that every run of the
+    /// keeper joins just before `exec`: in identity mode the caller's own
+    /// ids inside, in fakeroot mode root and the subordinate ids (mapped
+    /// to the keeper's same ids). One namespace for all ranks of a node, so
+    /// MPI's shared-memory and cross-memory-attach transports (which open
+    /// /proc/PID/fd of a peer, or ptrace-read it) work between containers;
+    /// and none of them holds a capability in the keeper's namespace, so a
+    /// container cannot enter, trace or remount what the keeper holds.
+    pub nested_userns: Option<OwnedFd>,
     _users: File,
 }
 
@@ -199,11 +217,46 @@ pub(crate) fn lock(f: &File, op: FlockOperation, path: &Path) -> Result<()> {
     flock(f, op).map_err(|e| Error::io("lock", path, e.into()))
 }
 
-/// The pid in a helper's pid file (`holder.pid`, `identity.pid`) if it
+/// A process pinned by a pidfd taken before anything about it is checked:
+/// while [`Pinned::still_runs`], its pid names that same process, so what
+/// was read under `/proc/PID` and the namespaces opened there since are its
+/// own, not those of a process that reused the pid.
+pub(crate) struct Pinned {
+    pid: i32,
+    fd: OwnedFd,
+}
+
+impl Pinned {
+    /// Pins the process `pid`, if there is one.
+    pub(crate) fn new(pid: i32) -> Option<Self> {
+        let p = rustix::process::Pid::from_raw(pid)?;
+        let fd = rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()?;
+        Some(Pinned { pid, fd })
+    }
+
+    /// The pinned process's pid.
+    pub(crate) fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Whether the pinned process has not exited (a pidfd turns readable
+    /// when it does).
+    pub(crate) fn still_runs(&self) -> bool {
+        use rustix::event::{poll, PollFd, PollFlags};
+        let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
+        matches!(
+            poll(&mut fds, Some(&rustix::event::Timespec::default())),
+            Ok(0)
+        )
+    }
+}
+
+/// The helper in a helper's pid file (`holder.pid`, `identity.pid`) if it
 /// names a child of `keeper` (the keeper forks its helpers), so a pid
 /// planted there cannot make a run join some other process's namespaces.
-fn helper_of(file: &Path, keeper: i32) -> Option<i32> {
+fn helper_of(file: &Path, keeper: i32) -> Option<Pinned> {
     let pid: i32 = state::read(file).ok()?.trim().parse().ok()?;
+    let pinned = Pinned::new(pid)?;
     let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let ppid: i32 = status
         .lines()
@@ -211,23 +264,32 @@ fn helper_of(file: &Path, keeper: i32) -> Option<i32> {
         .trim()
         .parse()
         .ok()?;
-    (ppid == keeper).then_some(pid)
+    (ppid == keeper).then_some(pinned)
+}
+
+/// A namespace of a helper (`helper_of`), opened while the helper still
+/// runs.
+fn helper_ns(helper: Option<Pinned>, kind: &str) -> Option<OwnedFd> {
+    let helper = helper?;
+    let ns = open_ns(helper.pid(), kind).ok()?;
+    helper.still_runs().then_some(ns)
 }
 
 /// The keeper of `dir`, if its pid file names a live one: a process
 /// running this very berth binary (same device and inode: a process that
 /// only calls itself `__keeper` is not one) with `__keeper DIR` as its
 /// first arguments.
-fn keeper_alive(dir: &Path) -> Option<i32> {
+fn keeper_alive(dir: &Path) -> Option<Pinned> {
     use std::os::unix::fs::MetadataExt;
     let pid: i32 = state::read(&dir.join("pid")).ok()?.trim().parse().ok()?;
+    let pinned = Pinned::new(pid)?;
     let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     let mut args = cmdline.split(|b| *b == 0).skip(1);
     let ours = args.next() == Some(b"__keeper".as_slice())
         && args.next() == Some(dir.as_os_str().as_encoded_bytes());
     let exe = fs::metadata(format!("/proc/{pid}/exe")).ok()?;
     let me = fs::metadata("/proc/self/exe").ok()?;
-    (ours && (exe.dev(), exe.ino()) == (me.dev(), me.ino())).then_some(pid)
+    (ours && (exe.dev(), exe.ino()) == (me.dev(), me.ino())).then_some(pinned)
 }
 
 pub(crate) fn open_ns(pid: i32, kind: &str) -> Result<OwnedFd> {
@@ -281,8 +343,8 @@ pub fn acquire(
         &keeper_lock_path,
     )?;
     let wanted = template.and_then(|t| serde_json::to_string(t).ok());
-    let pid = match keeper_alive(&dir) {
-        Some(pid) => pid,
+    let keeper = match keeper_alive(&dir) {
+        Some(pinned) => pinned,
         None => {
             // The keeper prepares the root for the template of the run that
             // starts it.
@@ -294,12 +356,19 @@ pub fn acquire(
                     let _ = fs::remove_file(&path);
                 }
             }
-            start(berth_exe, &dir, image, image_file, mode, idle)?
+            let pid = start(berth_exe, &dir, image, image_file, mode, idle)?;
+            Pinned::new(pid).ok_or_else(|| {
+                Error::Setup(format!(
+                    "the keeper (pid {pid}) ended at once; its log: {}",
+                    dir.join("keeper.log").display()
+                ))
+            })?
         }
     };
+    let pid = keeper.pid();
     let template_mntns = match (&wanted, state::read(&dir.join("template.json"))) {
         (Some(w), Ok(have)) if *w == have => {
-            helper_of(&dir.join("holder.pid"), pid).and_then(|holder| open_ns(holder, "mnt").ok())
+            helper_ns(helper_of(&dir.join("holder.pid"), pid), "mnt")
         }
         _ => None,
     };
@@ -311,11 +380,20 @@ pub fn acquire(
         IdMode::Identity | IdMode::FakeRoot => Some(open_ns(pid, "user")?),
     };
     let mntns = open_ns(pid, "mnt")?;
-    let identity_userns = match mode {
-        IdMode::Identity => helper_of(&dir.join("identity.pid"), pid)
-            .and_then(|holder| open_ns(holder, "user").ok()),
-        _ => None,
+    let nested_userns = match mode {
+        IdMode::Identity | IdMode::FakeRoot => {
+            helper_ns(helper_of(&dir.join("identity.pid"), pid), "user")
+        }
+        IdMode::HostRoot => None,
     };
+    // Everything above was opened by pid: it is the keeper's only if the
+    // keeper still runs (else the pid may name another process by now).
+    if !keeper.still_runs() {
+        return Err(Error::Setup(format!(
+            "the keeper of {} ended while this run was joining it; run again",
+            dir.display()
+        )));
+    }
     drop(keeper_lock);
     Ok(KeeperLease {
         dir,
@@ -323,7 +401,7 @@ pub fn acquire(
         userns,
         mntns,
         template_mntns,
-        identity_userns,
+        nested_userns,
         _users: users,
     })
 }
@@ -621,8 +699,9 @@ fn keeper_run(args: &[String]) -> Result<()> {
         .map_err(|e| Error::Mount(format!("the squashfs server did not come up: {e}")))?;
     let holder = start_holder(&dir);
     let identity = match mode {
-        IdMode::Identity => start_identity_holder(&dir, host_ids),
-        _ => None,
+        IdMode::Identity => start_nested_holder(&dir, NestedMaps::caller(host_ids)),
+        IdMode::FakeRoot => start_nested_holder(&dir, NestedMaps::same_as_keeper()),
+        IdMode::HostRoot => None,
     };
     let pid = std::process::id();
     state::write(&dir.join("pid"), format!("{pid}\n").as_bytes())
@@ -708,14 +787,64 @@ fn reexec_in_namespaces(
     let _ = rustix::io::fcntl_setfd(image_file, rustix::io::FdFlags::CLOEXEC);
 }
 
-/// Forks the holder of the identity namespace: a process that creates a
-/// user namespace nested in the keeper's, in which the caller's host ids
-/// `(uid, gid)` map to the keeper's root (the caller outside), and then
-/// only sleeps. Identity-mode runs join it (see
-/// [`KeeperLease::identity_userns`]) instead of each making its own, so
-/// all of them share one user namespace. `None` (runs make their own) if
-/// it cannot be set up.
-fn start_identity_holder(dir: &Path, (uid, gid): (u32, u32)) -> Option<i32> {
+/// The id maps of the user namespace nested in the keeper's.
+struct NestedMaps {
+    uid_map: String,
+    gid_map: String,
+    /// `setgroups` is denied (identity mode: one id only, as the kernel
+    /// requires of a map written without `CAP_SETGID` above it).
+    deny_setgroups: bool,
+}
+
+impl NestedMaps {
+    /// Identity mode: the caller's host ids `(uid, gid)` map to the
+    /// keeper's root (which is the caller outside).
+    fn caller((uid, gid): (u32, u32)) -> Self {
+        NestedMaps {
+            uid_map: format!("{uid} 0 1"),
+            gid_map: format!("{gid} 0 1"),
+            deny_setgroups: true,
+        }
+    }
+
+    /// Fakeroot mode: every id of the keeper's namespace (root, and the
+    /// subordinate range when there is one) maps to itself, so the
+    /// container is root over the same files, but in a namespace of its
+    /// own, with no capability in the keeper's.
+    fn same_as_keeper() -> Self {
+        let same = |file: &str| {
+            let text = fs::read_to_string(file).unwrap_or_default();
+            let lines: Vec<String> = text
+                .lines()
+                .filter_map(|l| {
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    match f.as_slice() {
+                        [inside, _outside, count] => Some(format!("{inside} {inside} {count}")),
+                        _ => None,
+                    }
+                })
+                .collect();
+            if lines.is_empty() {
+                "0 0 1".to_string()
+            } else {
+                lines.join("\n")
+            }
+        };
+        NestedMaps {
+            uid_map: same("/proc/self/uid_map"),
+            gid_map: same("/proc/self/gid_map"),
+            deny_setgroups: false,
+        }
+    }
+}
+
+/// Forks the holder of the nested user namespace: a process that creates a
+/// user namespace nested in the keeper's, whose maps the keeper writes
+/// (`maps`), and then only sleeps. Runs join it (see
+/// [`KeeperLease::nested_userns`]) instead of each making its own, so all
+/// of them share one user namespace. `None` (runs make their own) if it
+/// cannot be set up.
+fn start_nested_holder(dir: &Path, maps: NestedMaps) -> Option<i32> {
     let (ready_r, ready_w) = rustix::pipe::pipe().ok()?;
     let (mapped_r, mapped_w) = rustix::pipe::pipe().ok()?;
     match sys::fork().ok()? {
@@ -744,18 +873,20 @@ fn start_identity_holder(dir: &Path, (uid, gid): (u32, u32)) -> Option<i32> {
             drop(mapped_r);
             let mut b = [0u8; 1];
             let n = rustix::io::read(&ready_r, &mut b).unwrap_or(0);
+            let setgroups_ok =
+                !maps.deny_setgroups || fs::write(format!("/proc/{pid}/setgroups"), "deny").is_ok();
             let mapped = n == 1
                 && b[0] == b'y'
-                && fs::write(format!("/proc/{pid}/setgroups"), "deny").is_ok()
-                && fs::write(format!("/proc/{pid}/uid_map"), format!("{uid} 0 1")).is_ok()
-                && fs::write(format!("/proc/{pid}/gid_map"), format!("{gid} 0 1")).is_ok();
+                && setgroups_ok
+                && fs::write(format!("/proc/{pid}/uid_map"), &maps.uid_map).is_ok()
+                && fs::write(format!("/proc/{pid}/gid_map"), &maps.gid_map).is_ok();
             let _ = rustix::io::write(&mapped_w, b"y");
             drop(mapped_w);
             if !mapped
                 || state::write(&dir.join("identity.pid"), format!("{pid}\n").as_bytes()).is_err()
             {
                 eprintln!(
-                    "berth: the shared identity namespace could not be set up; runs make their own"
+                    "berth: the keeper's nested user namespace could not be set up; runs make their own"
                 );
                 sys::kill(pid, libc::SIGKILL);
                 let _ = sys::wait(pid, false);
@@ -982,10 +1113,13 @@ mod tests {
         let f = d.path().join("holder.pid");
         state::write(&f, format!("{}\n", std::process::id()).as_bytes()).unwrap();
         let parent = rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get());
-        assert_eq!(helper_of(&f, parent), Some(std::process::id() as i32));
-        assert_eq!(helper_of(&f, parent + 1), None);
+        assert_eq!(
+            helper_of(&f, parent).map(|p| p.pid()),
+            Some(std::process::id() as i32)
+        );
+        assert!(helper_of(&f, parent + 1).is_none());
         state::write(&f, b"1\n").unwrap();
-        assert_eq!(helper_of(&f, parent), None);
+        assert!(helper_of(&f, parent).is_none());
     }
 
     #[test]
@@ -994,6 +1128,7 @@ mod tests {
         let b = keeper_name("ab12", IdMode::Identity, Some("42"));
         assert_ne!(a, b);
         assert_eq!(keeper_name("ab12", IdMode::Identity, None), "ab12-user");
+        assert_eq!(keeper_name("ab12", IdMode::FakeRoot, None), "ab12-fakeroot");
         // Not a job id: no part of the name.
         assert_eq!(
             keeper_name("ab12", IdMode::Identity, Some("../x")),

@@ -619,17 +619,7 @@ pub fn prepare(plan: &RootfsPlan<'_>) -> Result<PathBuf> {
         sys::mount(Some(&host), &tp, None, libc::MS_BIND, None)
             .map_err(|e| mount_err("bind", &host, e))?;
     }
-    let pts = resolve_target(&root_fd, "/dev/pts", TargetKind::Dir)?;
-    let pts_p = fd_path(&pts);
-    if sys::mount(
-        Some(Path::new("devpts")),
-        &pts_p,
-        Some("devpts"),
-        libc::MS_NOSUID | libc::MS_NOEXEC,
-        Some("newinstance,ptmxmode=0666,mode=0620"),
-    )
-    .is_ok()
-    {
+    if mount_devpts(&root_fd).is_ok() {
         let _ = rustix::fs::symlinkat("pts/ptmx", &dev_t, "ptmx");
     }
     for (link, to) in [
@@ -695,6 +685,15 @@ pub fn prepare(plan: &RootfsPlan<'_>) -> Result<PathBuf> {
     user_binds(&root_fd, plan.binds)?;
     hide_state_dir(&root_fd, plan.binds)?;
 
+    // /dev is read-only once populated (its own mount, even if a bind now
+    // covers it): runs of a keeper share the prepared root, and one
+    // container must not replace /dev/stdout or /dev/ptmx, drop files or
+    // fill the tmpfs for the next. Device nodes stay writable (a read-only
+    // mount refuses writes to files, not to devices); /dev/shm, /dev/pts
+    // and /dev/mqueue are mounts of their own.
+    sys::mount(None, &fd_path(&dev_t), None, DEV_READ_ONLY, None)
+        .map_err(|e| mount_err("remount read-only", Path::new("/dev"), e))?;
+
     if !plan.writable {
         sys::mount(
             None,
@@ -732,22 +731,91 @@ pub fn extend_and_pivot(root: &Path, binds: &[Bind], workdir: &str) -> Result<()
     };
     let need_write =
         binds.iter().any(|b| missing(&b.target)) || (workdir != "/" && missing(workdir));
+    // A mount point to create under /dev needs the (read-only) /dev too.
+    let dev = need_write
+        .then(|| {
+            binds
+                .iter()
+                .any(|b| b.target.starts_with("/dev/") && missing(&b.target))
+        })
+        .filter(|d| *d)
+        .and_then(|_| read_only_dev(&root_fd));
     let ro = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_NOSUID | libc::MS_NODEV;
     if need_write {
         sys::mount(None, root, None, ro, None)
             .map_err(|e| mount_err("remount writable", root, e))?;
+    }
+    if let Some(dev) = &dev {
+        sys::mount(
+            None,
+            &fd_path(dev),
+            None,
+            DEV_READ_ONLY & !libc::MS_RDONLY,
+            None,
+        )
+        .map_err(|e| mount_err("remount writable", Path::new("/dev"), e))?;
     }
     if workdir != "/" && !binds.iter().any(|b| b.target == workdir) {
         let _ = resolve_target(&root_fd, workdir, TargetKind::Dir);
     }
     user_binds(&root_fd, binds)?;
     hide_state_dir(&root_fd, binds)?;
+    if let Some(dev) = &dev {
+        sys::mount(None, &fd_path(dev), None, DEV_READ_ONLY, None)
+            .map_err(|e| mount_err("remount read-only", Path::new("/dev"), e))?;
+    }
     if need_write {
         sys::mount(None, root, None, ro | libc::MS_RDONLY, None)
             .map_err(|e| mount_err("remount read-only", root, e))?;
     }
+    // Terminals of its own: the prepared root's devpts is every run's, and
+    // one container could open another's pty slaves (same uid, 0620).
+    if let Err(e) = mount_devpts(&root_fd) {
+        tracing::warn!("{e}: this run shares the prepared root's terminals");
+    }
     drop(root_fd);
     pivot(root)
+}
+
+/// The flags of the container's /dev once populated (`MS_REMOUNT` of that
+/// mount alone).
+const DEV_READ_ONLY: libc::c_ulong = libc::MS_REMOUNT
+    | libc::MS_BIND
+    | libc::MS_RDONLY
+    | libc::MS_NOSUID
+    | libc::MS_NODEV
+    | libc::MS_NOEXEC;
+
+/// The root's /dev when it is berth's read-only tmpfs (not a bind of the
+/// user's, which stays as it was bound).
+fn read_only_dev(root: &OwnedFd) -> Option<OwnedFd> {
+    let dev = openat2(
+        root.as_fd(),
+        "dev",
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+    )
+    .ok()?;
+    let st = rustix::fs::fstatvfs(&dev).ok()?;
+    let fs = rustix::fs::fstatfs(&dev).ok()?;
+    let tmpfs = fs.f_type as i64 == libc::TMPFS_MAGIC;
+    (tmpfs && st.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY)).then_some(dev)
+}
+
+/// A new devpts instance at the root's /dev/pts (its own pty numbers and
+/// slaves; `/dev/ptmx` links to its `ptmx`).
+fn mount_devpts(root: &OwnedFd) -> Result<()> {
+    let pts = resolve_target(root, "/dev/pts", TargetKind::Dir)?;
+    let pts_p = fd_path(&pts);
+    sys::mount(
+        Some(Path::new("devpts")),
+        &pts_p,
+        Some("devpts"),
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        Some("newinstance,ptmxmode=0666,mode=0620"),
+    )
+    .map_err(|e| mount_err("devpts", &pts_p, e))
 }
 
 /// Covers berth's runtime directory with an empty read-only tmpfs wherever

@@ -441,8 +441,8 @@ fn start_holder(
         .map_err(|e| Error::io("open", "/dev/null", e))?;
     let mntns = keeper::open_ns(builder, "mnt")?;
     let userns = match spec.mode {
-        IdMode::Identity => Some(keeper::open_ns(builder, "user")?),
-        IdMode::HostRoot | IdMode::FakeRoot => None,
+        IdMode::Identity | IdMode::FakeRoot => Some(keeper::open_ns(builder, "user")?),
+        IdMode::HostRoot => None,
     };
     let (ready_read, ready_write) =
         rustix::pipe::pipe().map_err(|e| Error::Setup(format!("pipe: {e}")))?;
@@ -628,18 +628,22 @@ fn linger(users: &File, linger: Duration) -> bool {
 /// caller's share of the container, held until the command ends.
 fn join(info: &SharedInfo, job: &Join, users: File) -> Result<i32> {
     let mode = IdMode::parse(&info.mode).unwrap_or(IdMode::Identity);
+    // Pinned first: checked below, once their namespaces are open.
+    let holder = keeper::Pinned::new(info.pid);
+    let keeper_pinned = keeper::Pinned::new(info.keeper_pid);
     let keeper_userns = match mode {
         IdMode::HostRoot => None,
         IdMode::Identity | IdMode::FakeRoot => Some(keeper::open_ns(info.keeper_pid, "user")?),
     };
     let mntns = keeper::open_ns(info.pid, "mnt")?;
     let inner_userns = match mode {
-        IdMode::Identity => Some(keeper::open_ns(info.pid, "user")?),
-        _ => None,
+        IdMode::Identity | IdMode::FakeRoot => Some(keeper::open_ns(info.pid, "user")?),
+        IdMode::HostRoot => None,
     };
     // The pid could have been recycled between reading the record and
     // opening its namespaces: check it is still the holder.
-    if !holder_alive(info) {
+    let pinned_run = |p: &Option<keeper::Pinned>| p.as_ref().is_some_and(|p| p.still_runs());
+    if !holder_alive(info) || !pinned_run(&holder) || !pinned_run(&keeper_pinned) {
         return Err(Error::Setup(format!(
             "shared container {} ended while this task was joining it; start the task again",
             info.key

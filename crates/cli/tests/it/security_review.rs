@@ -895,3 +895,203 @@ fn a_store_others_can_write_or_an_edited_record_is_not_trusted() {
     );
     assert_ne!(out.code(), 0, "{}", out.stdout());
 }
+
+/// L4: a `--fakeroot` container was root, with every capability, in the
+/// keeper's user namespace: it could enter the keeper's mount namespace (a
+/// copy of the host's) or walk `/proc/KEEPER/root` to the user's files past
+/// `--no-home`, and remount the prepared root read-write for later runs.
+/// Now it is root in a namespace nested in the keeper's (same ids, no
+/// capability above), with a keeper of its own.
+#[test]
+fn a_fakeroot_container_cannot_enter_or_remount_what_its_keeper_holds() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    // Outside every default bind (home, /tmp, the working directory).
+    let private = tempfile::Builder::new()
+        .prefix("berth-l4-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    sb.chown_to_user(private.path());
+    let secret = private.path().join("l4-secret.txt");
+    fs::write(&secret, "HOME-SECRET-L4\n").unwrap();
+    sb.chown_to_user(&secret);
+    let img = image_with_etc(&sb, "l4", "true");
+    let s = secret.display();
+    let script = format!(
+        "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q '^berth __keeper .* fakeroot ' && k=${{p#/proc/}}; done; \
+         [ -n \"$k\" ] || echo NO-KEEPER-SEEN; \
+         nsenter -t $k -m cat {s} 2>&1 | grep -q HOME-SECRET && echo ENTERED-KEEPER; \
+         cat /proc/$k/root{s} 2>&1 | grep -q HOME-SECRET && echo WALKED-KEEPER-ROOT; \
+         id -u"
+    );
+    let out = sb.run(&["run", "--fakeroot", "--no-home", &img, "sh", "-c", &script]);
+    let all = format!("{}{}", out.stdout(), out.stderr());
+    assert_eq!(out.code(), 0, "{all}");
+    assert!(
+        !all.contains("NO-KEEPER-SEEN"),
+        "the attack found no keeper: {all}"
+    );
+    assert!(!all.contains("ENTERED-KEEPER"), "{all}");
+    assert!(!all.contains("WALKED-KEEPER-ROOT"), "{all}");
+    assert_eq!(out.stdout().lines().last(), Some("0"), "still root: {all}");
+    // The prepared root cannot be made writable for the runs after it.
+    let out = sb.run(&[
+        "run",
+        "--fakeroot",
+        &img,
+        "sh",
+        "-c",
+        "mount -o remount,rw / 2>/dev/null && echo x > /l4-planted && echo REMOUNTED; true",
+    ]);
+    assert!(!out.stdout().contains("REMOUNTED"), "{}", out.stdout());
+    let out = sb
+        .run(&[
+            "run",
+            "--fakeroot",
+            &img,
+            "sh",
+            "-c",
+            "cat /l4-planted 2>&1; true",
+        ])
+        .ok();
+    assert!(
+        !out.stdout().lines().any(|l| l.trim() == "x"),
+        "{}",
+        out.stdout()
+    );
+    // Identity and fakeroot runs have keepers of their own.
+    sb.run(&["run", &img, "sh", "-c", ":"]).ok();
+    let keepers: Vec<String> = fs::read_dir(sb.dir.path().join("run/berth/keepers"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    assert!(
+        keepers.iter().any(|k| k.ends_with("-fakeroot"))
+            && keepers.iter().any(|k| k.ends_with("-user")),
+        "{keepers:?}"
+    );
+}
+
+/// L5: every default run of an image shares the keeper's prepared root,
+/// whose /dev was one writable tmpfs and one devpts: a container could
+/// replace `/dev/stdout` or drop files for the next run, and open the pty
+/// slaves of another. Now /dev is read-only and each run mounts its own
+/// devpts.
+#[test]
+fn one_container_cannot_change_dev_for_the_next_or_reach_its_terminals() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    sb.pull("debian-python:latest");
+    let img = format!("{}/berth-test/debian-python:latest", env.anon());
+    let out = sb.run(&[
+        "run",
+        &img,
+        "sh",
+        "-c",
+        "ln -sf /tmp/x /dev/stdout 2>/dev/null && echo REPLACED; \
+         touch /dev/l5-planted 2>/dev/null && echo PLANTED; \
+         echo /dev/null works > /dev/null && echo NULL-OK",
+    ]);
+    let all = format!("{}{}", out.stdout(), out.stderr());
+    assert_eq!(out.code(), 0, "{all}");
+    assert!(!all.contains("REPLACED"), "{all}");
+    assert!(!all.contains("PLANTED"), "{all}");
+    assert!(all.contains("NULL-OK"), "device nodes stay writable: {all}");
+    let out = sb.run(&["run", &img, "ls", "/dev/l5-planted"]);
+    assert_ne!(out.code(), 0, "{}", out.stdout());
+    // One run holds a pty; the next sees none of its terminals and still
+    // gets its own.
+    let mut holder = sb
+        .berth(&[
+            "run",
+            &img,
+            "python3",
+            "-c",
+            "import os, pty, sys, time; m, s = pty.openpty(); print(os.ttyname(s), flush=True); time.sleep(60)",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.starts_with("/dev/pts/"), "{line:?}");
+    let out = sb
+        .run(&[
+            "run",
+            &img,
+            "python3",
+            "-c",
+            "import os, pty; print(sorted(os.listdir('/dev/pts'))); m, s = pty.openpty(); print(os.ttyname(s))",
+        ])
+        .ok();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let first = out.stdout().lines().next().unwrap_or_default().to_string();
+    assert_eq!(
+        first,
+        "['ptmx']",
+        "another run's terminal is visible: {}",
+        out.stdout()
+    );
+    assert!(out.stdout().contains("/dev/pts/0"), "{}", out.stdout());
+}
+
+/// L1: `/tmp/berth-UID` has a predictable name, and another user may take
+/// it first. berth refuses it (it is not the caller's), and says why and
+/// what to do; with `XDG_RUNTIME_DIR` the same run works.
+#[test]
+fn a_runtime_directory_taken_by_another_user_is_refused_with_the_way_out() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let img = image_with_etc(&sb, "l1", "true");
+    let other = env.var("BERTH_IT_OTHER_USER").to_string();
+    let id = |flag: &str| {
+        let out = Command::new("id").args([flag, &other]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse::<u32>()
+            .ok()
+    };
+    let (ouid, ogid) = (
+        id("-u").expect("the second test user (setup.sh makes it)"),
+        id("-g").unwrap(),
+    );
+    let (uid, _, _) = sb.env.user.clone().expect("tests run as root");
+    let tmpdir = sb.dir.path().join("l1-tmp");
+    fs::create_dir_all(&tmpdir).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&tmpdir, fs::Permissions::from_mode(0o1777)).unwrap();
+    let taken = tmpdir.join(format!("berth-{uid}"));
+    fs::create_dir(&taken).unwrap();
+    std::os::unix::fs::chown(&taken, Some(ouid), Some(ogid)).unwrap();
+    let out = sb
+        .berth(&["run", &img, "sh", "-c", ":"])
+        .env_remove("XDG_RUNTIME_DIR")
+        .env("TMPDIR", &tmpdir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains("belongs to another user"), "{err}");
+    assert!(err.contains("XDG_RUNTIME_DIR"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let private = sb.dir.path().join("l1-run");
+    fs::create_dir_all(&private).unwrap();
+    sb.chown_to_user(&private);
+    fs::set_permissions(&private, fs::Permissions::from_mode(0o700)).unwrap();
+    let out = sb
+        .berth(&["run", &img, "sh", "-c", ":"])
+        .env("XDG_RUNTIME_DIR", &private)
+        .env("TMPDIR", &tmpdir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -214,8 +214,11 @@ pub struct ContainerArgs {
     #[arg(long = "annotation", value_name = "KEY=VALUE")]
     pub annotations: Vec<String>,
     /// Security options: seccomp=unconfined turns off the default seccomp
-    /// filter (which denies the terminal-injection ioctls TIOCSTI and TIOCLINUX).
-    #[arg(long = "security-opt", value_name = "seccomp=default|unconfined")]
+    /// filter (which denies the terminal-injection ioctls TIOCSTI and TIOCLINUX,
+    /// kernel keyrings, userfaultfd, kexec, modules and the like);
+    /// seccomp=FILE replaces it with a Docker or OCI seccomp profile (the
+    /// terminal guard stays).
+    #[arg(long = "security-opt", value_name = "seccomp=default|unconfined|FILE")]
     pub security_opt: Vec<String>,
     /// TLS options, for pulling an unknown image.
     #[command(flatten)]

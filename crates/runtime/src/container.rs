@@ -503,7 +503,7 @@ pub(crate) fn child(
     }
     timing.mark("exec");
     timing.report();
-    exec_command(&program, &spec.argv, &env, spec.seccomp)
+    exec_command(&program, &spec.argv, &env, &spec.seccomp)
 }
 
 /// The command's program in the container, or berth's message and exit
@@ -531,7 +531,7 @@ pub(crate) fn exec_command(
     program: &Path,
     argv: &[String],
     env: &[(String, String)],
-    seccomp: crate::seccomp::Seccomp,
+    seccomp: &crate::seccomp::Seccomp,
 ) -> ! {
     sys::cloexec_all_but(&inherited_fds());
     sys::reset_signals();

@@ -226,7 +226,7 @@ pub fn run_shared(spec: &RunSpec, key: &str, image_name: &str, linger: Duration)
             env: spec.env.clone(),
             workdir: spec.workdir.clone(),
             argv0_fallback: spec.argv0_fallback,
-            seccomp: spec.seccomp,
+            seccomp: spec.seccomp.clone(),
         };
         return join(&info, &job, users);
     }
@@ -706,7 +706,7 @@ fn enter_and_exec(
         .map_err(|e| Error::Setup(format!("no_new_privs: {e}")))?;
     let program =
         container::resolve_or_exit(&job.argv[0], &job.env, &job.workdir, job.argv0_fallback);
-    container::exec_command(&program, &job.argv, &job.env, job.seccomp)
+    container::exec_command(&program, &job.argv, &job.env, &job.seccomp)
 }
 
 #[cfg(test)]

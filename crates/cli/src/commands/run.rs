@@ -187,20 +187,33 @@ struct RunBinds {
     all: Vec<Bind>,
 }
 
-/// `--security-opt` values: `seccomp=default|unconfined` (the last wins).
-fn security_options(opts: &[String]) -> Result<berth_runtime::seccomp::Seccomp> {
+/// `--security-opt` values: `seccomp=default|unconfined|FILE` (the last
+/// wins), for a command in `mode` (a profile's `includes` depend on it).
+fn security_options(opts: &[String], mode: IdMode) -> Result<berth_runtime::seccomp::Seccomp> {
     let mut seccomp = berth_runtime::seccomp::Seccomp::Default;
     for opt in opts {
         match opt.split_once('=') {
-            Some(("seccomp", v)) => seccomp = berth_runtime::seccomp::Seccomp::parse(v)?,
+            Some(("seccomp", v)) => seccomp = berth_runtime::seccomp::Seccomp::parse(v, mode)?,
             _ => {
                 return Err(anyhow!(
-                    "--security-opt {opt:?}: berth knows seccomp=default and seccomp=unconfined"
+                    "--security-opt {opt:?}: berth knows seccomp=default, seccomp=unconfined and seccomp=FILE (a Docker or OCI seccomp profile)"
                 ))
             }
         }
     }
     Ok(seccomp)
+}
+
+/// Who the caller is in the container: real root, root with `--fakeroot`,
+/// or themself.
+fn id_mode(c: &ContainerArgs) -> IdMode {
+    if rustix::process::getuid().is_root() {
+        IdMode::HostRoot
+    } else if c.fakeroot {
+        IdMode::FakeRoot
+    } else {
+        IdMode::Identity
+    }
 }
 
 fn in_mount_order(binds: Vec<Bind>) -> Vec<Bind> {
@@ -428,7 +441,7 @@ fn start(
     how: How,
 ) -> Result<i32> {
     // Bad options fail before anything is pulled or started.
-    security_options(&c.security_opt)?;
+    security_options(&c.security_opt, id_mode(c))?;
     let again = (request.clone(), how.clone());
     match start_once(ctx, c, image, request, started, how, true) {
         Err(e)
@@ -507,13 +520,7 @@ fn start_once(
     };
     let uid = rustix::process::getuid().as_raw();
     let gid = rustix::process::getgid().as_raw();
-    let mode = if uid == 0 {
-        IdMode::HostRoot
-    } else if c.fakeroot {
-        IdMode::FakeRoot
-    } else {
-        IdMode::Identity
-    };
+    let mode = id_mode(c);
     let pw = berth_runtime::sys::getpwuid(uid);
     let name = pw
         .as_ref()
@@ -656,7 +663,7 @@ fn start_once(
             "shared containers (--shared, Slurm's per-node containers) are not supported as real root: their tasks share the host's PID namespace, where a root container could signal any process; run as a user, or without --shared"
         ));
     }
-    let seccomp = security_options(&c.security_opt)?;
+    let seccomp = security_options(&c.security_opt, mode)?;
     let spec = RunSpec {
         seccomp,
         image: img.squashfs_path(),

@@ -1095,3 +1095,66 @@ fn a_runtime_directory_taken_by_another_user_is_refused_with_the_way_out() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `--security-opt seccomp=FILE`: a profile in Docker's format replaces the
+/// default filter. podman's own profile (a file another tool wrote) runs
+/// python, answers a system call it does not list (`add_key`) with its
+/// default errno (ENOSYS, where the default filter says EPERM), and refuses an audit
+/// netlink socket with its argument rule (EINVAL: no CAP_AUDIT_WRITE in
+/// identity mode); a profile of the user's own with an `errnoRet` is
+/// obeyed; one that is not a profile is refused before anything runs.
+#[test]
+fn a_seccomp_profile_from_a_file_replaces_the_default_filter() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    sb.pull("debian-python:latest");
+    let img = format!("{}/berth-test/debian-python:latest", env.anon());
+    let podmans = std::path::Path::new("/usr/share/containers/seccomp.json");
+    let probe = "import ctypes, socket\n\
+                 c = ctypes.CDLL(None, use_errno=True)\n\
+                 r = [c.syscall(248, 0, 0, 0, 0, 0), ctypes.get_errno()]\n\
+                 try:\n  socket.socket(16, socket.SOCK_RAW, 9); r.append('open')\n\
+                 except OSError as e:\n  r.append(e.errno)\n\
+                 print(*r)";
+    let run = |extra: &[&str]| {
+        let mut a = vec!["run", "--entrypoint", ""];
+        a.extend_from_slice(extra);
+        a.extend_from_slice(&[&img, "python3", "-c", probe]);
+        sb.run(&a)
+    };
+    assert_eq!(run(&[]).ok().stdout().trim().split(' ').nth(1), Some("1"));
+    if podmans.exists() {
+        let opt = format!("seccomp={}", podmans.display());
+        let out = run(&["--security-opt", &opt]).ok();
+        assert_eq!(out.stdout().trim(), "-1 38 22", "{}", out.stderr());
+    } else {
+        eprintln!("skipped: podman's profile part: no {}", podmans.display());
+        assert!(std::env::var_os("CI").is_none(), "CI installs podman");
+    }
+    let mine = sb.dir.path().join("profile.json");
+    fs::write(
+        &mine,
+        r#"{"defaultAction": "SCMP_ACT_ALLOW",
+            "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO", "errnoRet": 13}]}"#,
+    )
+    .unwrap();
+    let opt = format!("seccomp={}", mine.display());
+    let out = sb.run(&[
+        "run",
+        "--security-opt",
+        &opt,
+        &img,
+        "sh",
+        "-c",
+        "mkdir /tmp/l13-dir 2>&1; echo rc=$?",
+    ]);
+    assert!(
+        out.stdout().contains("Permission denied"),
+        "{}",
+        out.stdout()
+    );
+    assert!(out.stdout().contains("rc=1"), "{}", out.stdout());
+    fs::write(&mine, r#"{"syscalls": 3}"#).unwrap();
+    sb.run(&["run", "--security-opt", &opt, &img, "true"])
+        .fails(125, "not a seccomp profile");
+}

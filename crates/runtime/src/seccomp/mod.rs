@@ -8,7 +8,8 @@
 //! is copied through berth), so this is what keeps that design safe.
 //!
 //! It also refuses the system calls in [`DENIED`] (podman's default
-//! profile's, less what HPC tools use).
+//! profile's, less what HPC tools use). A profile from a file replaces
+//! it ([`profile`]); the terminal guard stays.
 //!
 //! The filter is about fifty classic BPF instructions, assembled here
 //! rather than compiled by a crate: it checks the architecture (the 32-bit compat
@@ -17,27 +18,80 @@
 //! number, and the request's low 32 bits (the kernel truncates it to
 //! `unsigned int`).
 
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
 use crate::error::{Error, Result};
+use crate::keeper::IdMode;
+
+pub mod profile;
 
 /// Which filter a container command gets.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Seccomp {
     /// berth's default filter.
     #[default]
     Default,
     /// None (`--security-opt seccomp=unconfined`).
     Unconfined,
+    /// A profile from a file (`--security-opt seccomp=FILE`), compiled.
+    Profile(Compiled),
 }
 
+/// A profile compiled for one run (see [`profile`]).
+#[derive(Clone)]
+pub struct Compiled {
+    file: PathBuf,
+    program: Arc<Vec<libc::sock_filter>>,
+}
+
+impl std::fmt::Debug for Compiled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} ({} instructions)",
+            self.file.display(),
+            self.program.len()
+        )
+    }
+}
+
+impl PartialEq for Compiled {
+    fn eq(&self, other: &Self) -> bool {
+        self.file == other.file && Arc::ptr_eq(&self.program, &other.program)
+    }
+}
+
+impl Eq for Compiled {}
+
 impl Seccomp {
-    /// Parses the value of `--security-opt seccomp=VALUE`.
-    pub fn parse(value: &str) -> Result<Self> {
+    /// Parses the value of `--security-opt seccomp=VALUE` for a command in
+    /// `mode`: `default`, `unconfined`, or the path of a profile (Docker's
+    /// or the OCI format), compiled now for what the command will hold.
+    pub fn parse(value: &str, mode: IdMode) -> Result<Self> {
         match value {
             "unconfined" => Ok(Seccomp::Unconfined),
             "default" => Ok(Seccomp::Default),
-            other => Err(Error::Usage(format!(
-                "--security-opt seccomp={other}: berth knows `default` and `unconfined`; profiles from a file are not supported yet"
-            ))),
+            "" => Err(Error::Usage(
+                "--security-opt seccomp=: give default, unconfined or a profile's path".into(),
+            )),
+            file => {
+                let ctx = profile::Context {
+                    has_cap: Box::new(move |n| match mode {
+                        IdMode::Identity => false,
+                        IdMode::FakeRoot => true,
+                        IdMode::HostRoot => crate::sys::ROOT_KEEPS.contains(&n),
+                    }),
+                    kernel: profile::parse_kernel(
+                        &rustix::system::uname().release().to_string_lossy(),
+                    ),
+                };
+                let program = profile::load_file(Path::new(file), &ctx)?;
+                Ok(Seccomp::Profile(Compiled {
+                    file: PathBuf::from(file),
+                    program: Arc::new(program),
+                }))
+            }
         }
     }
 }
@@ -239,11 +293,14 @@ fn default_program() -> Vec<libc::sock_filter> {
 
 /// Installs `mode`'s filter on the calling thread (inherited by what it
 /// executes). Needs `no_new_privs` (set before) or `CAP_SYS_ADMIN`.
-pub fn install(mode: Seccomp) -> Result<()> {
-    if mode == Seccomp::Unconfined {
-        return Ok(());
-    }
-    load(&mut default_program()).map_err(|e| {
+pub fn install(mode: &Seccomp) -> Result<()> {
+    let loaded = match mode {
+        Seccomp::Unconfined => return Ok(()),
+        Seccomp::Default => load(&default_program()),
+        // Compiled before the fork: nothing is allocated here.
+        Seccomp::Profile(c) => load(&c.program),
+    };
+    loaded.map_err(|e| {
         Error::Setup(format!(
             "cannot install the seccomp filter: {e} (run with --security-opt seccomp=unconfined where the kernel has no seccomp)"
         ))
@@ -251,13 +308,15 @@ pub fn install(mode: Seccomp) -> Result<()> {
 }
 
 /// Loads `program` as the thread's seccomp filter (allocates nothing).
-fn load(program: &mut [libc::sock_filter]) -> std::io::Result<()> {
+fn load(program: &[libc::sock_filter]) -> std::io::Result<()> {
     let fprog = libc::sock_fprog {
         len: program.len() as u16,
-        filter: program.as_mut_ptr(),
+        // The kernel only reads through this pointer.
+        filter: program.as_ptr() as *mut libc::sock_filter,
     };
     // SAFETY: `fprog` points at `program`, which outlives the call; the
-    // kernel copies the program and keeps no pointer to it.
+    // kernel copies the program (it never writes it) and keeps no pointer
+    // to it.
     let rc = unsafe {
         libc::prctl(
             libc::PR_SET_SECCOMP,
@@ -308,47 +367,56 @@ mod tests {
     /// an ordinary ioctl still works.
     #[test]
     fn tiocsti_is_denied_and_other_ioctls_are_not() {
-        let mut program = default_program();
+        let program = default_program();
         let (r, _w) = rustix::pipe::pipe().unwrap();
         let pipe = std::os::fd::AsRawFd::as_raw_fd(&r);
+        let code = exit_code_under(&program, || {
+            let c = b'x';
+            // SAFETY: ioctl on fd 0 with a valid pointer.
+            let rc = unsafe { libc::ioctl(0, libc::TIOCSTI, &c as *const u8) };
+            // SAFETY: reads this thread's errno.
+            let err = unsafe { *libc::__errno_location() };
+            if rc != -1 || err != libc::EPERM {
+                return Some(2);
+            }
+            let mut n: libc::c_int = 0;
+            // SAFETY: FIONREAD on a pipe we own, into a c_int.
+            let rc = unsafe { libc::ioctl(pipe, libc::FIONREAD, &mut n) };
+            if rc != 0 {
+                return Some(3);
+            }
+            // keyctl(KEYCTL_GET_KEYRING_ID, ...) and userfaultfd: EPERM.
+            // SAFETY: raw syscalls with integer arguments.
+            let k = unsafe { libc::syscall(libc::SYS_keyctl, 0, -3, 0) };
+            // SAFETY: reads this thread's errno.
+            let kerr = unsafe { *libc::__errno_location() };
+            // SAFETY: a raw syscall with an integer argument.
+            let u = unsafe { libc::syscall(libc::SYS_userfaultfd, 0) };
+            // SAFETY: reads this thread's errno.
+            let uerr = unsafe { *libc::__errno_location() };
+            if k != -1 || kerr != libc::EPERM || u != -1 || uerr != libc::EPERM {
+                return Some(5);
+            }
+            // getpid still works.
+            // SAFETY: getpid has no arguments.
+            Some(if unsafe { libc::getpid() } > 0 { 0 } else { 6 })
+        });
+        assert_eq!(code, 0);
+    }
+
+    /// Runs `checks` in a forked child under `program` (a filter cannot be
+    /// removed) and returns the child's exit code: `checks`' answer, 1 if
+    /// the filter could not be loaded.
+    pub(super) fn exit_code_under(
+        program: &[libc::sock_filter],
+        checks: impl FnOnce() -> Option<i32>,
+    ) -> i32 {
         // SAFETY: the child makes raw syscalls only (nothing allocates).
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0);
         if pid == 0 {
-            let code = (|| {
-                rustix::thread::set_no_new_privs(true).ok()?;
-                load(&mut program).ok()?;
-                let c = b'x';
-                // SAFETY: ioctl on fd 0 with a valid pointer.
-                let rc = unsafe { libc::ioctl(0, libc::TIOCSTI, &c as *const u8) };
-                // SAFETY: reads this thread's errno.
-                let err = unsafe { *libc::__errno_location() };
-                if rc != -1 || err != libc::EPERM {
-                    return Some(2);
-                }
-                let mut n: libc::c_int = 0;
-                // SAFETY: FIONREAD on a pipe we own, into a c_int.
-                let rc = unsafe { libc::ioctl(pipe, libc::FIONREAD, &mut n) };
-                if rc != 0 {
-                    return Some(3);
-                }
-                // keyctl(KEYCTL_GET_KEYRING_ID, ...) and userfaultfd: EPERM.
-                // SAFETY: raw syscalls with integer arguments.
-                let k = unsafe { libc::syscall(libc::SYS_keyctl, 0, -3, 0) };
-                // SAFETY: reads this thread's errno.
-                let kerr = unsafe { *libc::__errno_location() };
-                // SAFETY: a raw syscall with an integer argument.
-                let u = unsafe { libc::syscall(libc::SYS_userfaultfd, 0) };
-                // SAFETY: reads this thread's errno.
-                let uerr = unsafe { *libc::__errno_location() };
-                if k != -1 || kerr != libc::EPERM || u != -1 || uerr != libc::EPERM {
-                    return Some(5);
-                }
-                // getpid still works.
-                // SAFETY: getpid has no arguments.
-                Some(if unsafe { libc::getpid() } > 0 { 0 } else { 6 })
-            })()
-            .unwrap_or(4);
+            let loaded = rustix::thread::set_no_new_privs(true).is_ok() && load(program).is_ok();
+            let code = if loaded { checks().unwrap_or(4) } else { 1 };
             // SAFETY: leaves the forked child without running destructors.
             unsafe { libc::_exit(code) };
         }
@@ -356,6 +424,6 @@ mod tests {
         // SAFETY: waits for the child forked above.
         unsafe { libc::waitpid(pid, &mut status, 0) };
         assert!(libc::WIFEXITED(status));
-        assert_eq!(libc::WEXITSTATUS(status), 0);
+        libc::WEXITSTATUS(status)
     }
 }

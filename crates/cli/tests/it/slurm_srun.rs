@@ -102,3 +102,68 @@ fn mpi_through_srun_pmi2_with_the_images_and_the_hosts_mpich() {
         }
     }
 }
+
+/// The review's job-cgroup note: a keeper lives in the cgroup of the job
+/// that started it, and Slurm kills that cgroup when the job ends. Job 2
+/// of the same user on the node used to join job 1's keeper and lost its
+/// image (ENOTCONN) with it. Now each job has keepers of its own. This
+/// cluster tracks processes with proctrack/linuxproc (no cgroups on these
+/// machines), so the test ends job 1 and then kills its keeper's session
+/// itself, as the cgroup would; job 2 still reads its image.
+#[test]
+fn a_later_job_keeps_its_image_when_an_earlier_jobs_keeper_goes() {
+    use std::io::BufRead;
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let img = pull(&sb, "debian-python");
+    let berth = sb.env.berth.to_string_lossy().into_owned();
+    let job = |script: &str| {
+        let mut c = sb.command(
+            Path::new("/usr/bin/srun"),
+            &["-N1", "-w", "n1", &berth, "run", &img, "sh", "-c", script],
+        );
+        c.env("SLURM_CONF", sb.env.var("BERTH_IT_SLURM_CONF"))
+            .stdout(std::process::Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = lines.next().and_then(|l| l.ok()).unwrap_or_default();
+        (child, lines, first)
+    };
+    let (mut one, _, id1) = job("echo $SLURM_JOB_ID; sleep 60");
+    let (mut two, mut rest, id2) =
+        job("echo $SLURM_JOB_ID; sleep 6; cat /etc/debian_version && echo IMAGE-STILL-THERE");
+    assert!(!id1.is_empty() && id1 != id2, "job ids {id1:?} {id2:?}");
+    let keepers = sb.dir.path().join("run/berth/keepers");
+    let names: Vec<String> = std::fs::read_dir(&keepers)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    let of = |id: &str| {
+        names
+            .iter()
+            .find(|n| n.ends_with(&format!("-job{id}")))
+            .cloned()
+    };
+    let (k1, k2) = (of(&id1), of(&id2));
+    // Job 1's keeper (before the fix: the one keeper both jobs used).
+    let first = k1.clone().or_else(|| names.first().cloned()).unwrap();
+    // Job 1 ends; its keeper's session goes as its cgroup would.
+    let _ = std::process::Command::new("scancel")
+        .arg(&id1)
+        .env("SLURM_CONF", sb.env.var("BERTH_IT_SLURM_CONF"))
+        .status();
+    let pid1 = std::fs::read_to_string(keepers.join(first).join("pid")).unwrap();
+    let _ = std::process::Command::new("pkill")
+        .args(["-KILL", "-s", pid1.trim()])
+        .status();
+    let _ = one.kill();
+    let _ = one.wait();
+    let tail: Vec<String> = rest.by_ref().map_while(|l| l.ok()).collect();
+    let st = two.wait().unwrap();
+    assert!(
+        tail.iter().any(|l| l == "IMAGE-STILL-THERE"),
+        "job 2 lost its image: {tail:?}"
+    );
+    assert!(st.success(), "{tail:?}");
+    assert!(k1.is_some() && k2.is_some() && k1 != k2, "{names:?}");
+}

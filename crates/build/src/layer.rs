@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
 use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -235,8 +236,11 @@ fn append<W: Write>(
 /// Names are taken as the flattener takes them (a leading `/` dropped, `..`
 /// folded, refused above the root), and every parent is resolved inside
 /// `root` ([`resolve_parent`]): a symlinked directory of a lower layer is
-/// followed there, never on the host, and nothing outside `root` is
-/// written or deleted.
+/// followed there, never on the host. The resolved parent is then opened
+/// component by component without following symlinks, and every removal,
+/// link and unpack happens through that descriptor: nothing outside
+/// `root` is written or deleted, even if a directory on the way were
+/// swapped for a symlink meanwhile (that is refused).
 pub fn apply(root: &Path, blob: &Path) -> Result<()> {
     let f = fs::File::open(blob).map_err(|e| Error::io("open", blob, e))?;
     let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(f));
@@ -245,6 +249,9 @@ pub fn apply(root: &Path, blob: &Path) -> Result<()> {
     archive.set_preserve_mtime(true);
     archive.set_overwrite(true);
     archive.set_unpack_xattrs(false);
+    let root_fd: OwnedFd = fs::File::open(root)
+        .map_err(|e| Error::io("open the stage root", root, e))?
+        .into();
     let refused = |rel: &str, why: String| {
         Error::Plan(format!(
             "layer {}: entry {rel:?} {why}; the layer was not applied",
@@ -262,17 +269,17 @@ pub fn apply(root: &Path, blob: &Path) -> Result<()> {
             Some((p, n)) => (p, n),
             None => ("", rel.as_str()),
         };
-        let parent = resolve_parent(root, parent_rel).map_err(|why| refused(&raw, why))?;
+        let parent = resolved(root, parent_rel).map_err(|why| refused(&raw, why))?;
         if name == ".wh..wh..opq" {
-            if let Ok(dir) = fs::read_dir(&parent) {
-                for e in dir.flatten() {
-                    remove(&e.path());
-                }
+            if let Ok(dir) = open_dir(&root_fd, &parent, false) {
+                empty_dir(&dir);
             }
             continue;
         }
         if let Some(gone) = name.strip_prefix(".wh.") {
-            remove(&parent.join(gone));
+            if let Ok(dir) = open_dir(&root_fd, &parent, false) {
+                remove_at(&dir, gone);
+            }
             continue;
         }
         if rel.is_empty() {
@@ -285,14 +292,14 @@ pub fn apply(root: &Path, blob: &Path) -> Result<()> {
             }
             continue;
         }
-        let target = parent.join(name);
+        let dir = open_dir(&root_fd, &parent, true)
+            .map_err(|e| Error::io("open a layer entry's directory", root.join(&parent), e))?;
         let is_dir = entry.header().entry_type().is_dir();
-        if let Ok(m) = fs::symlink_metadata(&target) {
-            if !(is_dir && m.is_dir()) {
-                remove(&target);
-            }
+        match rustix::fs::statat(&dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) if is_dir && rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir() => {}
+            Ok(_) => remove_at(&dir, name),
+            Err(_) => {}
         }
-        fs::create_dir_all(&parent).map_err(|e| Error::io("create", &parent, e))?;
         if entry.header().entry_type() == tar::EntryType::Link {
             // The link's target, resolved in the root as well.
             let link = entry
@@ -302,17 +309,81 @@ pub fn apply(root: &Path, blob: &Path) -> Result<()> {
             let link_rel = normalize(&link)
                 .ok_or_else(|| refused(&raw, "is a hard link that climbs above the root".into()))?;
             let (lp, ln) = link_rel.rsplit_once('/').unwrap_or(("", link_rel.as_str()));
-            let src = resolve_parent(root, lp)
-                .map_err(|why| refused(&raw, why))?
-                .join(ln);
-            fs::hard_link(&src, &target).map_err(|e| Error::io("hard-link", &target, e))?;
+            let src_parent = resolved(root, lp).map_err(|why| refused(&raw, why))?;
+            let src = open_dir(&root_fd, &src_parent, false).map_err(|e| {
+                Error::io("open a hard link's directory", root.join(&src_parent), e)
+            })?;
+            rustix::fs::linkat(&src, ln, &dir, name, rustix::fs::AtFlags::empty())
+                .map_err(|e| Error::io("hard-link", root.join(&rel), e.into()))?;
             continue;
         }
+        // The directory is pinned: /proc/self/fd/N names it, not a path
+        // walked again.
+        let target = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd())).join(name);
         entry
             .unpack(&target)
-            .map_err(|e| Error::io("unpack a layer entry", &target, e))?;
+            .map_err(|e| Error::io("unpack a layer entry", root.join(&rel), e))?;
     }
     Ok(())
+}
+
+/// [`resolve_parent`], relative to the root.
+fn resolved(root: &Path, rel: &str) -> std::result::Result<String, String> {
+    crate::context::follow_in_root(root, rel, crate::context::AtRoot::Refuse)
+        .map_err(|e| e.to_string())
+}
+
+/// Opens the symlink-free `rel` below `root`, one component at a time and
+/// following none (a symlink on the way is refused), creating missing
+/// directories when `create`.
+fn open_dir(root: &OwnedFd, rel: &str, create: bool) -> io::Result<OwnedFd> {
+    use rustix::fs::{openat, Mode, OFlags};
+    let flags = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC;
+    let mut cur = openat(root, ".", flags, Mode::empty())?;
+    for c in rel.split('/').filter(|c| !c.is_empty()) {
+        if create {
+            match rustix::fs::mkdirat(&cur, c, Mode::from_raw_mode(0o755)) {
+                Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        cur = openat(&cur, c, flags, Mode::empty())?;
+    }
+    Ok(cur)
+}
+
+/// Removes `name` in `dir` (a directory with everything in it), following
+/// no symlink.
+fn remove_at(dir: &OwnedFd, name: &str) {
+    use rustix::fs::{AtFlags, FileType};
+    let Ok(st) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
+        return;
+    };
+    if FileType::from_raw_mode(st.st_mode).is_dir() {
+        if let Ok(sub) = open_dir(dir, name, false) {
+            empty_dir(&sub);
+        }
+        let _ = rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR);
+    } else {
+        let _ = rustix::fs::unlinkat(dir, name, AtFlags::empty());
+    }
+}
+
+/// Removes everything in `dir`.
+fn empty_dir(dir: &OwnedFd) {
+    let Ok(mut entries) = rustix::fs::Dir::read_from(dir) else {
+        return;
+    };
+    let mut names = Vec::new();
+    while let Some(Ok(e)) = entries.next() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        if n != "." && n != ".." {
+            names.push(n);
+        }
+    }
+    for n in names {
+        remove_at(dir, &n);
+    }
 }
 
 /// A layer entry name as tar takes it: leading `/` dropped, `.` removed,
@@ -339,18 +410,6 @@ pub fn resolve_parent(root: &Path, rel: &str) -> std::result::Result<PathBuf, St
     crate::context::follow_in_root(root, rel, crate::context::AtRoot::Refuse)
         .map(|p| root.join(p))
         .map_err(|e| e.to_string())
-}
-
-fn remove(p: &Path) {
-    match fs::symlink_metadata(p) {
-        Ok(m) if m.is_dir() => {
-            let _ = fs::remove_dir_all(p);
-        }
-        Ok(_) => {
-            let _ = fs::remove_file(p);
-        }
-        Err(_) => {}
-    }
 }
 
 #[cfg(test)]
@@ -509,5 +568,32 @@ mod tests {
         fs::write(root.join("d"), "now a file").unwrap();
         let layer = diff(&root, &before, &blobs, false).unwrap().unwrap();
         assert_eq!(entries(&blobs.path(&layer.digest)), vec!["d"]);
+    }
+
+    /// The descriptor walk follows no symlink: a directory swapped for a
+    /// symlink to the host between resolving and writing is refused, not
+    /// written through; removing a symlink to a host directory removes the
+    /// link, not what it points at.
+    #[test]
+    fn writes_and_removals_go_through_descriptors_that_follow_no_symlink() {
+        let t = tempfile::tempdir().unwrap();
+        let (root, host) = (t.path().join("root"), t.path().join("host"));
+        fs::create_dir_all(&root).unwrap();
+        fs::create_dir_all(host.join("keep")).unwrap();
+        fs::write(host.join("keep/file"), "host").unwrap();
+        std::os::unix::fs::symlink(&host, root.join("swapped")).unwrap();
+        let root_fd: OwnedFd = fs::File::open(&root).unwrap().into();
+        assert!(open_dir(&root_fd, "swapped/new", true).is_err());
+        assert!(!host.join("new").exists());
+        remove_at(&root_fd, "swapped");
+        assert!(!root.join("swapped").exists());
+        assert!(host.join("keep/file").exists());
+        // A real tree goes whole.
+        fs::create_dir_all(root.join("d/e/f")).unwrap();
+        fs::write(root.join("d/e/f/g"), "x").unwrap();
+        std::os::unix::fs::symlink(&host, root.join("d/e/link")).unwrap();
+        remove_at(&root_fd, "d");
+        assert!(!root.join("d").exists());
+        assert!(host.join("keep/file").exists());
     }
 }

@@ -502,8 +502,7 @@ pub(crate) fn child(
         }
     }
     timing.mark("exec");
-    timing.report();
-    exec_command(&program, &spec.argv, &env, &spec.seccomp)
+    exec_command(&program, &spec.argv, &env, &spec.seccomp, timing)
 }
 
 /// The command's program in the container, or berth's message and exit
@@ -526,19 +525,24 @@ pub(crate) fn resolve_or_exit(
 /// The last step in the container: only the descriptors the command must
 /// inherit (stdio, the launcher's PMI socket) stay open, signals
 /// take their defaults, the seccomp filter is on, and `program` replaces
-/// berth.
+/// berth. `timing` is reported with the filter's installation as its last
+/// phase (`seccomp`).
 pub(crate) fn exec_command(
     program: &Path,
     argv: &[String],
     env: &[(String, String)],
     seccomp: &crate::seccomp::Seccomp,
+    mut timing: Timing,
 ) -> ! {
     sys::cloexec_all_but(&inherited_fds());
     sys::reset_signals();
+    timing.mark("fds");
     if let Err(e) = crate::seccomp::install(seccomp) {
         eprintln!("berth: error: {e}");
         sys::exit_now(crate::error::EXIT_BERTH);
     }
+    timing.mark("seccomp");
+    timing.report();
     let err = std::process::Command::new(program)
         .arg0(&argv[0])
         .args(&argv[1..])

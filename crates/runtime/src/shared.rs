@@ -706,7 +706,13 @@ fn enter_and_exec(
         .map_err(|e| Error::Setup(format!("no_new_privs: {e}")))?;
     let program =
         container::resolve_or_exit(&job.argv[0], &job.env, &job.workdir, job.argv0_fallback);
-    container::exec_command(&program, &job.argv, &job.env, &job.seccomp)
+    container::exec_command(
+        &program,
+        &job.argv,
+        &job.env,
+        &job.seccomp,
+        container::Timing::off(),
+    )
 }
 
 #[cfg(test)]

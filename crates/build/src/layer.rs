@@ -407,9 +407,7 @@ fn normalize(raw: &str) -> Option<String> {
 /// again at `root`, a target that climbs above it is refused, as is a loop.
 /// The result has no symlink below `root`, so writing there stays inside.
 pub fn resolve_parent(root: &Path, rel: &str) -> std::result::Result<PathBuf, String> {
-    crate::context::follow_in_root(root, rel, crate::context::AtRoot::Refuse)
-        .map(|p| root.join(p))
-        .map_err(|e| e.to_string())
+    resolved(root, rel).map(|p| root.join(p))
 }
 
 #[cfg(test)]

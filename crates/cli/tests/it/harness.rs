@@ -107,6 +107,12 @@ pub fn env() -> Option<&'static Env> {
     .as_ref()
 }
 
+/// `id ARGS` as a number (`id -u NAME`, `id -g NAME`), if it answers one.
+pub fn id_number(args: &[&str]) -> Option<u32> {
+    let out = Command::new("id").args(args).output().ok()?;
+    String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+}
+
 /// Whether the SPANK plugin is installed for the test cluster.
 pub fn slurm_plugin_installed() -> bool {
     let dir = std::env::var("BERTH_IT_DIR").unwrap_or_else(|_| "/tmp/berth-it".to_string());

@@ -1049,16 +1049,10 @@ fn a_runtime_directory_taken_by_another_user_is_refused_with_the_way_out() {
     let sb = Sandbox::new(env);
     let img = image_with_etc(&sb, "l1", "true");
     let other = env.var("BERTH_IT_OTHER_USER").to_string();
-    let id = |flag: &str| {
-        let out = Command::new("id").args([flag, &other]).output().unwrap();
-        String::from_utf8_lossy(&out.stdout)
-            .trim()
-            .parse::<u32>()
-            .ok()
-    };
     let (ouid, ogid) = (
-        id("-u").expect("the second test user (setup.sh makes it)"),
-        id("-g").unwrap(),
+        crate::harness::id_number(&["-u", &other])
+            .expect("the second test user (setup.sh makes it)"),
+        crate::harness::id_number(&["-g", &other]).unwrap(),
     );
     let (uid, _, _) = sb.env.user.clone().expect("tests run as root");
     let tmpdir = sb.dir.path().join("l1-tmp");

@@ -333,8 +333,9 @@ fn the_job_epilog_cannot_be_hung_or_steered_to_kill() {
     let Some(sb) = sandbox() else { return };
     let other = sb.env.var("BERTH_IT_OTHER_USER").to_string();
     let (ouid, ogid) = (
-        nix_id(&["-u", &other]).expect("the second test user (setup.sh makes it)"),
-        nix_id(&["-g", &other]).unwrap(),
+        crate::harness::id_number(&["-u", &other])
+            .expect("the second test user (setup.sh makes it)"),
+        crate::harness::id_number(&["-g", &other]).unwrap(),
     );
     let (uid, _, _) = sb.env.user.clone().expect("tests run as root");
     // The victim: a process of the test user's, outside any job.
@@ -433,10 +434,4 @@ fn the_job_epilog_cannot_be_hung_or_steered_to_kill() {
         "",
         "the job's named container was not removed"
     );
-}
-
-/// `id ARGS` as a number.
-fn nix_id(args: &[&str]) -> Option<u32> {
-    let out = std::process::Command::new("id").args(args).output().ok()?;
-    String::from_utf8_lossy(&out.stdout).trim().parse().ok()
 }

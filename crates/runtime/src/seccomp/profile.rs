@@ -223,6 +223,9 @@ struct Compiled {
     compat: Option<BTreeMap<u32, Vec<Rule>>>,
 }
 
+/// The most instructions the kernel takes in one filter.
+const BPF_MAXINSNS: usize = 4096;
+
 /// Reads and compiles the profile in `file` for a command in `ctx`.
 pub fn load_file(file: &Path, ctx: &Context) -> Result<Vec<libc::sock_filter>> {
     let text = std::fs::read_to_string(file).map_err(|e| {
@@ -240,7 +243,7 @@ pub fn compile_text(text: &str, file: &Path, ctx: &Context) -> Result<Vec<libc::
         .map_err(|e| bad(file, &format!("not a seccomp profile ({e})")))?;
     let compiled = compile(&profile, file, ctx)?;
     let program = emit(&compiled);
-    if program.len() > usize::from(u16::MAX).min(4096) {
+    if program.len() > BPF_MAXINSNS {
         return Err(bad(
             file,
             &format!(

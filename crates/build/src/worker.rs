@@ -15,7 +15,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use berth_runtime::sys::{self, Fork};
+use berth_runtime::rootfs::{self, Layers, Profile, RootfsPlan};
+use berth_runtime::sys::{self, Fork, Kernel, LINUX};
 
 use crate::blobs::{BlobRef, Blobs};
 use crate::context::{self, Ignore};
@@ -44,7 +45,7 @@ pub fn main(args: &[String]) -> i32 {
                 .collect();
             // Overlay roots and their FUSE lower layers first.
             for p in &stages {
-                let _ = sys::umount(p, libc::MNT_DETACH);
+                let _ = LINUX.unmount(p, libc::MNT_DETACH);
             }
             for p in &stages {
                 let _ = fs::remove_dir_all(p);
@@ -73,7 +74,7 @@ fn run(plan_path: &Path) -> Result<()> {
     let plan: Plan =
         serde_json::from_slice(&fs::read(plan_path).map_err(|e| Error::io("read", plan_path, e))?)
             .map_err(|e| Error::Plan(e.to_string()))?;
-    berth_runtime::keeper::enter_namespaces(berth_runtime::IdMode::FakeRoot)
+    berth_runtime::idmap::enter_namespaces(&LINUX, berth_runtime::IdMode::FakeRoot)
         .map_err(|e| Error::Plan(format!("cannot enter the build's user namespace: {e}")))?;
     let full_map = fs::read_to_string("/proc/self/uid_map")
         .map(|m| m.lines().count() > 1)
@@ -290,8 +291,8 @@ fn overlay_root(sqfs: &Path, root: &Path) -> std::result::Result<PathBuf, String
         fs::create_dir_all(d).map_err(|e| format!("create {}: {e}", d.display()))?;
     }
     let image = fs::File::open(sqfs).map_err(|e| format!("open {}: {e}", sqfs.display()))?;
-    let server =
-        berth_runtime::keeper::mount_fuse(sqfs, &image, &lower, 0, 0).map_err(|e| e.to_string())?;
+    let server = berth_runtime::image_mount::mount_fuse(&LINUX, &image, &lower, 0, 0)
+        .map_err(|e| e.to_string())?;
     // The server lives as long as the connection; nothing waits for it.
     std::mem::forget(server);
     let opts = format!(
@@ -300,17 +301,18 @@ fn overlay_root(sqfs: &Path, root: &Path) -> std::result::Result<PathBuf, String
         upper.display(),
         work.display()
     );
-    sys::mount(
-        Some(Path::new("overlay")),
-        root,
-        Some("overlay"),
-        0,
-        Some(&opts),
-    )
-    .map_err(|e| {
-        let _ = sys::umount(&lower, libc::MNT_DETACH);
-        format!("overlay on {}: {e}", root.display())
-    })?;
+    LINUX
+        .mount(
+            Some(Path::new("overlay")),
+            root,
+            Some("overlay"),
+            0,
+            Some(&opts),
+        )
+        .map_err(|e| {
+            let _ = LINUX.unmount(&lower, libc::MNT_DETACH);
+            format!("overlay on {}: {e}", root.display())
+        })?;
     Ok(upper)
 }
 
@@ -439,7 +441,12 @@ fn run_step(
     Ok(code)
 }
 
-/// In the RUN child: mounts, pivot, user, exec. Returns only on failure.
+/// In the RUN child: its own mount and PID namespaces, the step's root
+/// assembled by the runtime's rootfs (profile `BuildStep`: a fresh /proc,
+/// /sys read-only all the way down, a minimal /dev with its own /dev/shm,
+/// the host's resolv.conf and hosts, every target resolved inside the
+/// root) and pivoted into, then the user and `exec`. Returns only on
+/// failure.
 fn sandbox_exec(
     root: &Path,
     argv: &[String],
@@ -448,11 +455,12 @@ fn sandbox_exec(
     user: &str,
 ) -> String {
     use rustix::thread::UnshareFlags;
+    let k: &dyn Kernel = &LINUX;
     let step = || -> std::result::Result<std::convert::Infallible, String> {
         // Its own PID namespace and procfs: the worker, the base image's
         // squashfs server and the user's other processes are not in it, so
         // /proc/PID/root cannot lead out.
-        sys::unshare(UnshareFlags::NEWNS | UnshareFlags::NEWPID)
+        k.unshare(UnshareFlags::NEWNS | UnshareFlags::NEWPID)
             .map_err(|e| format!("unshare: {e}"))?;
         if let Fork::Parent(init) = sys::fork().map_err(|e| format!("fork: {e}"))? {
             let code = match sys::wait(init, false) {
@@ -461,77 +469,18 @@ fn sandbox_exec(
             };
             sys::exit_now(code);
         }
-        let rec = (libc::MS_BIND | libc::MS_REC) as libc::c_ulong;
-        let bind = |src: &Path, dst: &Path| {
-            sys::mount(Some(src), dst, None, rec, None)
-                .map_err(|e| format!("bind {} on {}: {e}", src.display(), dst.display()))
+        let plan = RootfsPlan {
+            profile: Profile::BuildStep,
+            layers: Layers::Directory(root),
+            fresh_proc: true,
+            binds: &[],
+            passwd_line: None,
+            group_line: None,
+            workdir,
+            confined: false,
+            hidden: None,
         };
-        bind(root, root)?;
-        sys::mount(
-            Some(Path::new("proc")),
-            &root.join("proc"),
-            Some("proc"),
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            None,
-        )
-        .map_err(|e| format!("mount /proc: {e}"))?;
-        bind(Path::new("/sys"), &root.join("sys"))?;
-        read_only_all_the_way_down(&root.join("sys"))?;
-        let dev = root.join("dev");
-        sys::mount(
-            Some(Path::new("tmpfs")),
-            &dev,
-            Some("tmpfs"),
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            Some("mode=755"),
-        )
-        .map_err(|e| format!("mount /dev: {e}"))?;
-        for node in ["null", "zero", "full", "random", "urandom", "tty"] {
-            let target = dev.join(node);
-            fs::write(&target, "").map_err(|e| format!("create /dev/{node}: {e}"))?;
-            bind(&Path::new("/dev").join(node), &target)?;
-        }
-        for (link, to) in [
-            ("fd", "/proc/self/fd"),
-            ("stdin", "/proc/self/fd/0"),
-            ("stdout", "/proc/self/fd/1"),
-            ("stderr", "/proc/self/fd/2"),
-        ] {
-            let _ = std::os::unix::fs::symlink(to, dev.join(link));
-        }
-        for d in ["pts", "shm"] {
-            let _ = fs::create_dir(dev.join(d));
-        }
-        let _ = sys::mount(
-            Some(Path::new("tmpfs")),
-            &dev.join("shm"),
-            Some("tmpfs"),
-            0,
-            Some("mode=1777"),
-        );
-        // Pseudo-terminals (apt, script, expect): a private devpts.
-        if sys::mount(
-            Some(Path::new("devpts")),
-            &dev.join("pts"),
-            Some("devpts"),
-            0,
-            Some("newinstance,ptmxmode=0666,mode=0620"),
-        )
-        .is_ok()
-        {
-            let _ = std::os::unix::fs::symlink("pts/ptmx", dev.join("ptmx"));
-        }
-        for f in ["etc/resolv.conf", "etc/hosts"] {
-            let host = Path::new("/").join(f);
-            let target = root.join(f);
-            if host.is_file() && target.is_file() {
-                let _ = bind(&host, &target);
-            }
-        }
-        std::env::set_current_dir(root).map_err(|e| format!("enter the root: {e}"))?;
-        rustix::process::pivot_root(".", ".").map_err(|e| format!("pivot_root: {e}"))?;
-        sys::umount(Path::new("."), libc::MNT_DETACH)
-            .map_err(|e| format!("detach the old root: {e}"))?;
+        rootfs::assemble(k, &plan).map_err(|e| e.to_string())?;
         fs::create_dir_all(workdir).map_err(|e| format!("working directory {workdir}: {e}"))?;
         std::env::set_current_dir(workdir)
             .map_err(|e| format!("working directory {workdir}: {e}"))?;
@@ -560,8 +509,9 @@ fn sandbox_exec(
         let _ = rustix::stdio::dup2_stdout(rustix::stdio::stderr());
         // No setuid elevation, and nothing the worker holds open (blob
         // files, the plan, the build's lock) reaches the step.
-        rustix::thread::set_no_new_privs(true).map_err(|e| format!("no_new_privs: {e}"))?;
-        sys::cloexec_all_but(&[]);
+        k.set_no_new_privs()
+            .map_err(|e| format!("no_new_privs: {e}"))?;
+        sys::fds::cloexec_all_but(&[]);
         use std::os::unix::process::CommandExt;
         let err = Command::new(&argv[0])
             .args(&argv[1..])
@@ -573,29 +523,6 @@ fn sandbox_exec(
     match step() {
         Ok(never) => match never {},
         Err(e) => e,
-    }
-}
-
-/// Remounts the bind at `path` read-only, nosuid and nodev, with every
-/// mount below it (a RUN step's /sys: its cgroup, debug and bpf mounts).
-fn read_only_all_the_way_down(path: &Path) -> std::result::Result<(), String> {
-    let top = fs::File::open(path).map_err(|e| format!("open {}: {e}", path.display()))?;
-    match sys::set_mount_attr_recursive(
-        std::os::fd::AsFd::as_fd(&top),
-        sys::ATTR_RDONLY | sys::ATTR_NOSUID | sys::ATTR_NODEV,
-    ) {
-        // Before Linux 5.12: the top mount only (sysfs is mounted noexec).
-        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
-            let flags = libc::MS_REMOUNT
-                | libc::MS_BIND
-                | libc::MS_RDONLY
-                | libc::MS_NOSUID
-                | libc::MS_NODEV
-                | libc::MS_NOEXEC;
-            sys::mount(None, path, None, flags, None)
-                .map_err(|e| format!("remount {} read-only: {e}", path.display()))
-        }
-        r => r.map_err(|e| format!("{} read-only: {e}", path.display())),
     }
 }
 

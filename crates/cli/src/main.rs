@@ -3,6 +3,7 @@
 
 mod cli;
 mod commands;
+mod exit;
 mod progress;
 
 use std::process::ExitCode;
@@ -23,7 +24,7 @@ fn main() -> ExitCode {
     }
     // A shared container's holder, started by `berth run --shared`.
     if raw.get(1).map(String::as_str) == Some("__holder") {
-        let code = berth_runtime::shared::holder_main(&raw[2..]);
+        let code = berth_runtime::shared::anchor_main(&raw[2..]);
         return ExitCode::from(code.clamp(0, 255) as u8);
     }
     // As real root, nothing of the caller's environment chooses config,
@@ -40,9 +41,9 @@ fn main() -> ExitCode {
     match commands::run(cli) {
         Ok(code) => code,
         Err(e) => {
-            let (code, msg) = commands::describe_error(&e);
+            let (code, msg) = exit::describe(&e);
             eprintln!("berth: error: {msg}");
-            ExitCode::from(code)
+            code.into()
         }
     }
 }

@@ -1,6 +1,6 @@
 //! berth's configuration.
 //!
-//! Configuration is read in two stages (see the style notes): a pure parse of
+//! Configuration is read in two stages (ripgrep's low and high arguments): a pure parse of
 //! the TOML files into [`ConfigFile`], then a resolution against the process
 //! environment into [`Config`]. The site file (`/etc/berth/berth.toml`) is read
 //! first, the user's (`$XDG_CONFIG_HOME/berth/berth.toml`) second; a scalar set
@@ -8,6 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod exit;
 pub mod root;
 
 use serde::Deserialize;

@@ -5,6 +5,8 @@
 
 use std::path::PathBuf;
 
+use berth_config::exit::{Exit, ExitStatus};
+
 /// Broad classes of failure, each with its own exit code (see the README).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorClass {
@@ -27,18 +29,29 @@ pub enum ErrorClass {
 }
 
 impl ErrorClass {
+    /// The exit code of this class (berth-config's table).
+    pub fn exit(self) -> Exit {
+        match self {
+            ErrorClass::Usage => Exit::Usage,
+            ErrorClass::NotFound => Exit::NotFound,
+            ErrorClass::Auth => Exit::Auth,
+            ErrorClass::Network => Exit::Network,
+            ErrorClass::Integrity => Exit::Integrity,
+            ErrorClass::BadImage => Exit::BadImage,
+            ErrorClass::Store => Exit::Store,
+            ErrorClass::HostTool => Exit::HostTool,
+        }
+    }
+
     /// The process exit code for this class.
     pub fn exit_code(self) -> u8 {
-        match self {
-            ErrorClass::Usage => 2,
-            ErrorClass::NotFound => 10,
-            ErrorClass::Auth => 11,
-            ErrorClass::Network => 12,
-            ErrorClass::Integrity => 13,
-            ErrorClass::BadImage => 14,
-            ErrorClass::Store => 15,
-            ErrorClass::HostTool => 16,
-        }
+        self.exit().code()
+    }
+}
+
+impl ExitStatus for Error {
+    fn exit(&self) -> Exit {
+        self.class().exit()
     }
 }
 

@@ -83,3 +83,14 @@ pub enum InjectError {
     #[error("--mpi: {0}")]
     Mpi(String),
 }
+
+impl berth_config::exit::ExitStatus for InjectError {
+    /// A broken module file is a configuration error; anything else is a
+    /// host resource this node cannot give.
+    fn exit(&self) -> berth_config::exit::Exit {
+        match self {
+            InjectError::ModuleFile { .. } => berth_config::exit::Exit::Config,
+            _ => berth_config::exit::Exit::HostResource,
+        }
+    }
+}

@@ -1,40 +1,37 @@
 //! Starting a container: the parent stays outside to report the exit code
 //! and forward signals; a forked child joins the keeper's namespaces, makes
-//! its own mount namespace, assembles the root file system and `exec`s the
-//! command. stdin, stdout and stderr are the caller's own descriptors: no
-//! copying loop, no throughput loss.
+//! its own mount namespace, assembles the root file system ([`build`]) and
+//! `exec`s the command. stdin, stdout and stderr are the caller's own
+//! descriptors: no copying loop, no throughput loss.
+//!
+//! Two phases, so that the caller can let other ranks go between them:
+//! [`lease`] takes a share in the image's keeper (starting it if needed),
+//! [`Leased::run`] starts the container.
 
+use std::fs::File;
 use std::os::fd::AsFd;
-use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use rustix::thread::{LinkNameSpaceType, UnshareFlags};
+use rustix::thread::UnshareFlags;
+use serde::Serialize;
 
-use crate::error::{Error, Result, EXIT_BERTH, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
-use crate::hooks;
-use crate::keeper::{self, IdMode, KeeperLease};
-use crate::rootfs::{self, Bind, RootfsPlan};
-use crate::sys::{self, Exit, Fork, SigSet};
-
-/// Signals forwarded to the container when a process sends them to berth.
-/// (A terminal's Ctrl-C reaches the command directly: same process group.)
-pub const FORWARDED: &[i32] = &[
-    libc::SIGINT,
-    libc::SIGTERM,
-    libc::SIGHUP,
-    libc::SIGQUIT,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-];
+use crate::error::{Error, Result};
+use crate::hooks::{ContainerHooks, Hook, Sync};
+use crate::idmap::{self, IdMode};
+use crate::keeper::{self, client::KeeperRequest, KeeperLease, Template};
+use crate::process::{self, Timing};
+use crate::rootfs::{self, Bind, Layers, Profile, RootfsPlan};
+use crate::sys::{self, Fork, Kernel, Namespace, LINUX};
 
 /// A check run inside the container after its root is in place and
 /// before the command starts (it sees the image at `/`): the MPI ABI check
 /// of `--mpi` compares the image's libraries with the host's there. Its
 /// error stops the start (exit 125) with its message.
 #[derive(Clone)]
-pub struct Preflight(pub std::sync::Arc<dyn Fn() -> std::result::Result<(), String> + Send + Sync>);
+pub struct Preflight(
+    pub std::sync::Arc<dyn Fn() -> std::result::Result<(), String> + Send + std::marker::Sync>,
+);
 
 impl std::fmt::Debug for Preflight {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -42,335 +39,293 @@ impl std::fmt::Debug for Preflight {
     }
 }
 
-/// Everything needed to start one container.
-#[derive(Debug, Clone)]
-pub struct RunSpec {
-    /// The image's squashfs file.
-    pub image: PathBuf,
-    /// The image id (keys the keeper).
-    pub image_id: String,
+/// The command a container runs (also what a task runs in a shared
+/// container).
+#[derive(Debug, Clone, Serialize)]
+pub struct Process {
     /// Command line.
     pub argv: Vec<String>,
-    /// Environment.
+    /// Environment (shown as `NAME=VALUE`).
+    #[serde(serialize_with = "env_strings")]
     pub env: Vec<(String, String)>,
     /// Working directory inside.
     pub workdir: String,
-    /// Binds, in mount order.
+    /// An absolute command that the image lacks is looked up by its base
+    /// name in the container's PATH (the Slurm plugin: srun resolves the
+    /// command on the submit host, where `/usr/bin/python3` may be the
+    /// image's `/usr/local/bin/python3`).
+    pub argv0_fallback: bool,
+    /// The seccomp filter the command runs under.
+    pub seccomp: crate::seccomp::Seccomp,
+}
+
+fn env_strings<S: serde::Serializer>(
+    env: &[(String, String)],
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    s.collect_seq(env.iter().map(|(k, v)| format!("{k}={v}")))
+}
+
+/// Who the caller is inside.
+#[derive(Debug, Clone, Serialize)]
+pub struct Identity {
+    /// Id mapping.
+    pub mode: IdMode,
+    /// The caller's uid on the host.
+    pub uid: u32,
+    /// The caller's gid on the host.
+    pub gid: u32,
+    /// `/etc/passwd` line to add.
+    pub passwd_line: Option<String>,
+    /// `/etc/group` line to add.
+    pub group_line: Option<String>,
+}
+
+/// The image a container runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct ImageSpec {
+    /// The image id (keys the keeper).
+    pub id: String,
+    /// The image's squashfs file.
+    pub squashfs: PathBuf,
+}
+
+/// Everything needed to start one container.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunSpec {
+    /// The container's id in the OCI state (`--name`, else generated).
+    pub id: String,
+    /// The image.
+    pub image: ImageSpec,
+    /// The command.
+    #[serde(flatten)]
+    pub process: Process,
+    /// Who the caller is inside.
+    pub identity: Identity,
+    /// Binds, all of them, in mount order.
     pub binds: Vec<Bind>,
+    /// What the keeper may prepare once for all default runs of the user;
+    /// `binds` then holds the template's binds and `extra_binds`.
+    pub template: Option<Template>,
+    /// The run's binds that are not in the template (current directory, -v).
+    pub extra_binds: Vec<Bind>,
     /// Writable overlay.
     pub writable: bool,
     /// Own PID namespace with a reaping init.
     pub pid_ns: bool,
     /// Empty network namespace.
     pub net_none: bool,
-    /// Id mapping.
-    pub mode: IdMode,
-    /// Keeper idle time before it unmounts.
-    pub keeper_idle: Duration,
-    /// berth's own binary (to start keepers).
-    pub berth_exe: PathBuf,
-    /// Print start-up phases.
-    pub timing: bool,
-    /// When berth started, for `--timing`.
-    pub started: Instant,
-    /// `/etc/passwd` line to add.
-    pub passwd_line: Option<String>,
-    /// `/etc/group` line to add.
-    pub group_line: Option<String>,
-    /// What the keeper may prepare once for all default runs of the user;
-    /// `binds` then holds the template's binds followed by `extra_binds`.
-    pub template: Option<keeper::Template>,
-    /// The run's binds that are not in the template (current directory, -v).
-    pub extra_binds: Vec<Bind>,
-    /// The image file, when the caller already opened it (handed to a
-    /// keeper that starts, instead of a path to walk again).
-    pub image_file: Option<std::sync::Arc<std::fs::File>>,
-    /// A lock the caller holds while a node's first run starts the keeper
-    /// (so the other ranks do not race it to start one by path); released
-    /// as soon as the keeper is there.
-    pub startup_lock: Option<std::sync::Arc<std::sync::Mutex<Option<std::fs::File>>>>,
-    /// The seccomp filter the command runs under.
-    pub seccomp: crate::seccomp::Seccomp,
-    /// The caller's uid on the host.
-    pub uid: u32,
-    /// The caller's gid on the host.
-    pub gid: u32,
-    /// A check inside the container before the command starts.
-    pub preflight: Option<Preflight>,
     /// OCI hooks to run, each at its stage.
-    pub hooks: Vec<crate::hooks::Hook>,
+    pub hooks: Vec<Hook>,
     /// Annotations (for hooks' `when` and their OCI state).
     pub annotations: Vec<(String, String)>,
-    /// The container's id in the OCI state (`--name`, else generated).
-    pub id: String,
-    /// An absolute command that the image lacks is looked up by its base
-    /// name in the container's PATH (the Slurm plugin: srun resolves the
-    /// command on the submit host, where `/usr/bin/python3` may be the
-    /// image's `/usr/local/bin/python3`).
-    pub argv0_fallback: bool,
+    /// A check inside the container before the command starts.
+    #[serde(skip)]
+    pub preflight: Option<Preflight>,
+    /// Keeper idle time before it unmounts.
+    #[serde(serialize_with = "seconds")]
+    pub keeper_idle: Duration,
+    /// berth's own binary (to start keepers).
+    #[serde(skip)]
+    pub berth_exe: PathBuf,
+    /// Print start-up phases, counted from this instant.
+    #[serde(skip)]
+    pub timing: Option<Instant>,
 }
 
-pub(crate) struct Timing {
-    on: bool,
-    started: Instant,
-    marks: Vec<(&'static str, Duration)>,
+fn seconds<S: serde::Serializer>(d: &Duration, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_u64(d.as_secs())
 }
 
-impl Timing {
-    /// Off: for processes whose phases nobody reports.
-    pub(crate) fn off() -> Self {
-        Timing {
-            on: false,
-            started: Instant::now(),
-            marks: Vec::new(),
+impl RunSpec {
+    /// The hooks of this container, with what they see.
+    pub fn hooks(&self) -> ContainerHooks<'_> {
+        ContainerHooks {
+            hooks: &self.hooks,
+            id: &self.id,
+            annotations: &self.annotations,
+            argv: &self.process.argv,
+            env: &self.process.env,
+            workdir: &self.process.workdir,
         }
     }
 
-    fn mark(&mut self, phase: &'static str) {
-        if self.on {
-            self.marks.push((phase, self.started.elapsed()));
-        }
-    }
-
-    fn report(&self) {
-        if !self.on {
-            return;
-        }
-        let mut prev = Duration::ZERO;
-        let parts: Vec<String> = self
-            .marks
-            .iter()
-            .map(|(p, t)| {
-                let d = t.saturating_sub(prev);
-                prev = *t;
-                format!("{p}={}us", d.as_micros())
+    /// Whether a run can start from the keeper's prepared root: it wants the
+    /// same template, a read-only image and the host's /proc, and none of its
+    /// own binds would cover one of the template's.
+    fn uses_template(&self) -> bool {
+        let Some(t) = &self.template else {
+            return false;
+        };
+        !self.writable
+            && !self.pid_ns
+            && !self.extra_binds.iter().any(|b| {
+                t.binds.iter().any(|tb| {
+                    let under = tb.target.strip_prefix(&b.target);
+                    under.is_some_and(|rest| rest.starts_with('/') || b.target == "/")
+                })
             })
-            .collect();
-        eprintln!(
-            "berth timing: {} total={}us",
-            parts.join(" "),
-            prev.as_micros()
-        );
+    }
+
+    /// A timing recorder for this run.
+    pub(crate) fn timing(&self) -> Timing {
+        match self.timing {
+            Some(started) => Timing::new(true, started),
+            None => Timing::off(),
+        }
     }
 }
 
-/// Descriptors the command must inherit besides stdio: the PMI channel an
-/// MPI launcher (Hydra's mpiexec, Slurm's PMI-2) hands each rank and names
-/// in `PMI_FD`. The variable is read from berth's own environment (the
-/// launcher's), never from the container's, where an image's `Env` could
-/// set it; and only a socket is kept, so it cannot pass one of berth's own
-/// descriptors (a directory, a namespace) on.
-pub(crate) fn inherited_fds() -> Vec<i32> {
-    std::env::var("PMI_FD")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .filter(|fd: &i32| *fd > 2 && sys::is_socket(*fd))
-        .into_iter()
-        .collect()
+/// A container whose keeper is leased, ready to start.
+pub struct Leased<'a> {
+    spec: &'a RunSpec,
+    lease: KeeperLease,
+    timing: Timing,
 }
 
-/// Runs a container and returns its exit code (128+N for death by signal N).
-pub fn run(spec: &RunSpec) -> Result<i32> {
-    let mut timing = Timing {
-        on: spec.timing,
-        started: spec.started,
-        marks: Vec::new(),
-    };
+/// Takes a share in the keeper of `spec`'s image (starting it if needed;
+/// `image_file` is the image already open, handed to a keeper started
+/// now).
+pub fn lease<'a>(spec: &'a RunSpec, image_file: Option<&File>) -> Result<Leased<'a>> {
+    let mut timing = spec.timing();
     timing.mark("config");
-    let lease = lease_for(spec)?;
+    let lease = keeper::acquire(&KeeperRequest {
+        berth_exe: &spec.berth_exe,
+        image: &spec.image.squashfs,
+        image_id: &spec.image.id,
+        mode: spec.identity.mode,
+        idle: spec.keeper_idle,
+        template: spec.template.as_ref(),
+        image_file,
+    })?;
     timing.mark("keeper");
-    let set = watched_signals();
-    sys::mask(&set, true).map_err(|e| Error::Setup(format!("sigprocmask: {e}")))?;
-    let sync = if spec.hooks.is_empty() {
-        None
-    } else {
-        Some(hooks::Sync::new().map_err(|e| Error::Setup(format!("pipe: {e}")))?)
-    };
-    match sys::fork().map_err(|e| Error::Setup(format!("fork: {e}")))? {
-        Fork::Child => {
-            let code = match child(spec, &lease, timing, sync, None) {
-                Ok(never) => match never {},
-                Err(e) => {
-                    eprintln!("berth: error: {e}");
-                    EXIT_BERTH
-                }
-            };
-            sys::exit_now(code)
-        }
-        Fork::Parent(pid) => {
-            // Processes in the container run as the same user: keep them
-            // from ptracing berth or opening /proc/PID/exe (CVE-2019-5736).
-            let _ = rustix::process::set_dumpable_behavior(
-                rustix::process::DumpableBehavior::NotDumpable,
-            );
-            let bundle = match sync {
-                Some(sync) => match hooks_before_start(spec, sync.parent_side()) {
-                    Ok(b) => b,
-                    Err(msg) => {
-                        sys::kill(pid, libc::SIGKILL);
-                        let _ = supervise(pid, &set);
-                        eprintln!("berth: error: {msg}");
-                        return Ok(EXIT_BERTH);
-                    }
-                },
-                None => None,
-            };
-            let exit = supervise(pid, &set);
-            if let Some((bundle, container_pid)) = bundle {
-                let _ = run_stage(spec, "poststop", "stopped", container_pid, &bundle, false);
-                let _ = std::fs::remove_dir_all(&bundle);
-            }
-            drop(lease);
-            Ok(exit.as_code())
-        }
-    }
+    Ok(Leased {
+        spec,
+        lease,
+        timing,
+    })
 }
 
-/// Runs the hooks of `stage` in order with the OCI state on stdin; the
-/// variables they set, or the first failure. `fatal: false` (poststart,
-/// poststop) turns failures into warnings.
-fn run_stage(
-    spec: &RunSpec,
-    stage: &str,
-    status: &str,
-    pid: i32,
-    bundle: &Path,
-    fatal: bool,
-) -> std::result::Result<Vec<(String, String)>, String> {
-    let state = hooks::state_json(&spec.id, status, pid, bundle, &spec.annotations);
-    let mut env = Vec::new();
-    for h in spec.hooks.iter().filter(|h| h.stage == stage) {
-        match hooks::run(h, &state) {
-            Ok(e) => env.extend(e),
-            Err(msg) if fatal => return Err(msg),
-            Err(msg) => eprintln!("berth: warning: {msg}"),
-        }
+impl Leased<'_> {
+    /// The keeper's lease (a shared container's anchor keeps a share).
+    pub(crate) fn keeper(&self) -> &KeeperLease {
+        &self.lease
     }
-    Ok(env)
-}
 
-/// In berth, once the container process is ready: createRuntime and
-/// createContainer hooks (in berth's namespaces, with the container's pid
-/// and a bundle whose root is /proc/PID/root), then `go`, then poststart.
-/// Returns the bundle and the pid for poststop; `Ok(None)` when the
-/// container process ended before it was ready.
-pub(crate) fn hooks_before_start(
-    spec: &RunSpec,
-    sync: hooks::ParentEnd,
-) -> std::result::Result<Option<(PathBuf, i32)>, String> {
-    let Some(pid) = sync.wait() else {
-        return Ok(None);
-    };
-    let bundle = keeper::state_dir()
-        .map_err(|e| e.to_string())?
-        .join("bundles")
-        .join(format!("{}-{pid}", spec.id));
-    hooks::write_bundle(
-        &bundle,
-        pid,
-        &spec.argv,
-        &spec.env,
-        &spec.workdir,
-        &spec.annotations,
-    )
-    .map_err(|e| format!("cannot write the hooks' bundle {}: {e}", bundle.display()))?;
-    let result = (|| {
-        let mut env = run_stage(spec, "createRuntime", "created", pid, &bundle, true)?;
-        env.extend(run_stage(
+    /// Runs the container and returns its exit code (128+N for death by
+    /// signal N).
+    pub fn run(self) -> Result<i32> {
+        let Leased {
             spec,
-            "createContainer",
-            "created",
-            pid,
-            &bundle,
-            true,
-        )?);
-        Ok(env)
-    })();
-    match result {
-        Ok(env) => {
-            sync.go(&env);
-            let _ = run_stage(spec, "poststart", "running", pid, &bundle, false);
-            Ok(Some((bundle, pid)))
-        }
-        Err(msg) => {
-            let _ = std::fs::remove_dir_all(&bundle);
-            Err(msg)
-        }
-    }
-}
-
-/// The signals a supervising berth waits for: those it forwards, and
-/// SIGCHLD.
-pub(crate) fn watched_signals() -> SigSet {
-    let mut watched: Vec<i32> = FORWARDED.to_vec();
-    watched.push(libc::SIGCHLD);
-    SigSet::of(&watched)
-}
-
-/// Waits for `pid`, forwarding signals that processes send us.
-pub(crate) fn supervise(pid: libc::pid_t, set: &SigSet) -> Exit {
-    loop {
-        match sys::wait_signal(set) {
-            Ok(sig) if sig.signo == libc::SIGCHLD => {
-                if let Ok(Some((_, exit))) = sys::wait(pid, true) {
-                    return exit;
+            lease,
+            timing,
+        } = self;
+        let set = process::block_watched()?;
+        let sync = new_sync(spec)?;
+        let pid = match sys::fork().map_err(|e| Error::Setup(format!("fork: {e}")))? {
+            Fork::Child => {
+                let Err(e) = start_in_child(&LINUX, spec, &lease, timing, sync);
+                eprintln!("berth: error: {e}");
+                sys::exit_now(crate::error::EXIT_BERTH)
+            }
+            Fork::Parent(pid) => pid,
+        };
+        process::not_dumpable();
+        let hooks = spec.hooks();
+        let bundle = match sync {
+            Some(sync) => match hooks.before_start(
+                &crate::node::state_dir()?.join("bundles"),
+                sync.parent_side(),
+            ) {
+                Ok(b) => b,
+                Err(msg) => {
+                    sys::kill(pid, libc::SIGKILL);
+                    let _ = process::supervise(pid, &set);
+                    eprintln!("berth: error: {msg}");
+                    return Ok(crate::error::EXIT_BERTH);
                 }
-            }
-            Ok(sig) if sig.from_process => sys::kill(pid, sig.signo),
-            Ok(_) => {}
-            Err(_) => {
-                // Cannot wait for signals: fall back to a plain wait.
-                return match sys::wait(pid, false) {
-                    Ok(Some((_, exit))) => exit,
-                    _ => Exit::Code(EXIT_BERTH),
-                };
-            }
+            },
+            None => None,
+        };
+        let exit = process::supervise(pid, &set);
+        if let Some((bundle, container_pid)) = bundle {
+            hooks.after_stop(&bundle, container_pid);
         }
+        drop(lease);
+        Ok(exit.as_code())
     }
 }
 
-/// As PID 1 of a PID namespace: reap every process, forward signals to the
-/// command, exit with the command's status.
-fn init_loop(command: libc::pid_t, set: &SigSet) -> Exit {
-    loop {
-        match sys::wait_signal(set) {
-            Ok(sig) if sig.signo == libc::SIGCHLD => {
-                while let Ok(Some((pid, exit))) = sys::wait(-1, true) {
-                    if pid == command {
-                        return exit;
-                    }
-                }
-            }
-            Ok(sig) => sys::kill(command, sig.signo),
-            Err(_) => return Exit::Code(EXIT_BERTH),
-        }
+/// The hooks' hand-shake, when there are hooks.
+pub(crate) fn new_sync(spec: &RunSpec) -> Result<Option<Sync>> {
+    if spec.hooks.is_empty() {
+        return Ok(None);
     }
+    Sync::new()
+        .map(Some)
+        .map_err(|e| Error::Setup(format!("pipe: {e}")))
 }
 
-/// In a forked child: join the keeper, build the container, `exec` the
-/// command; or, given `hold`, stay until a shared container's holder has
-/// joined.
-pub(crate) fn child(
+/// In the forked child of a run: build the container, then `exec` the
+/// command (behind an init when the run has its own PID namespace).
+fn start_in_child(
+    k: &dyn Kernel,
     spec: &RunSpec,
     lease: &KeeperLease,
     mut timing: Timing,
-    mut sync: Option<hooks::Sync>,
-    hold: Option<crate::shared::Built>,
+    sync: Option<Sync>,
 ) -> Result<std::convert::Infallible> {
+    let built = build(k, spec, lease, &mut timing, sync)?;
+    let p = &spec.process;
+    let program = process::resolve_or_exit(&p.argv[0], &built.env, &p.workdir, p.argv0_fallback);
+    timing.mark("pivot");
+    if spec.pid_ns {
+        // PID 1 stays berth: it reaps orphans and forwards signals.
+        if let Fork::Parent(command) =
+            sys::fork().map_err(|e| Error::Setup(format!("fork: {e}")))?
+        {
+            process::not_dumpable();
+            let exit = process::init_loop(command, &built.signals);
+            sys::exit_now(exit.as_code());
+        }
+    }
+    timing.mark("exec");
+    process::exec_command(&program, &p.argv, &built.env, &p.seccomp, timing)
+}
+
+/// A container built in the calling process: it is in the container's
+/// namespaces, with its root, identity and privileges, ready to `exec`.
+pub struct Built {
+    /// The command's environment, with what hooks set.
+    pub env: Vec<(String, String)>,
+    /// The signals the process watches.
+    pub signals: sys::SigSet,
+}
+
+/// In a forked child: joins the keeper's namespaces, makes the
+/// container's own, assembles its root, runs the hooks of the stages
+/// before the command and becomes the container's user.
+pub fn build(
+    k: &dyn Kernel,
+    spec: &RunSpec,
+    lease: &KeeperLease,
+    timing: &mut Timing,
+    mut sync: Option<Sync>,
+) -> Result<Built> {
     timing.mark("fork");
     if let Some(userns) = &lease.userns {
-        rustix::thread::move_into_link_name_space(userns.as_fd(), Some(LinkNameSpaceType::User))
-            .map_err(|e| Error::Namespace(format!("join the keeper's user namespace: {e}")))?;
+        k.setns(userns.as_fd(), Namespace::User)
+            .map_err(|e| Error::sys("join the keeper's user namespace", None, e))?;
     }
     // Default runs copy the keeper's prepared root; the others build theirs
     // from the keeper's image mount.
     let prepared = lease
         .template_mntns
         .as_ref()
-        .filter(|_| uses_template(spec));
+        .filter(|_| spec.uses_template());
     let base = prepared.unwrap_or(&lease.mntns);
-    rustix::thread::move_into_link_name_space(base.as_fd(), Some(LinkNameSpaceType::Mount))
-        .map_err(|e| Error::Namespace(format!("join the keeper's mount namespace: {e}")))?;
+    k.setns(base.as_fd(), Namespace::Mount)
+        .map_err(|e| Error::sys("join the keeper's mount namespace", None, e))?;
     let mut flags = UnshareFlags::NEWNS;
     if spec.pid_ns {
         flags |= UnshareFlags::NEWPID;
@@ -378,25 +333,23 @@ pub(crate) fn child(
     if spec.net_none {
         flags |= UnshareFlags::NEWNET;
     }
-    sys::unshare(flags).map_err(|e| Error::Namespace(format!("unshare: {e}")))?;
+    k.unshare(flags)
+        .map_err(|e| Error::sys("unshare the container's namespaces", None, e))?;
     if spec.net_none {
         // An empty network namespace has only a downed loopback.
-        if let Err(e) = sys::loopback_up() {
+        if let Err(e) = sys::net::loopback_up() {
             tracing::warn!("cannot bring up the loopback interface: {e}");
         }
     }
     timing.mark("namespace");
-    let set = watched_signals();
+    let signals = process::watched_signals();
     if spec.pid_ns {
         // The next child is PID 1 of the new namespace; we relay its status.
-        match sys::fork().map_err(|e| Error::Setup(format!("fork: {e}")))? {
-            Fork::Parent(init) => {
-                // Only the container process talks to berth about hooks.
-                drop(sync.take());
-                let exit = supervise(init, &set);
-                sys::exit_now(exit.as_code());
-            }
-            Fork::Child => {}
+        if let Fork::Parent(init) = sys::fork().map_err(|e| Error::Setup(format!("fork: {e}")))? {
+            // Only the container process talks to berth about hooks.
+            drop(sync.take());
+            let exit = process::supervise(init, &signals);
+            sys::exit_now(exit.as_code());
         }
     }
     // The container process's pid as berth sees it (the host's /proc is
@@ -405,25 +358,29 @@ pub(crate) fn child(
         .ok()
         .and_then(|p| p.to_str().and_then(|s| s.parse().ok()))
         .unwrap_or(0);
+    let hidden = crate::node::state_dir().ok();
     if prepared.is_some() {
-        rootfs::extend_and_pivot(
-            &lease.stage().join("root"),
-            &spec.extra_binds,
-            &spec.workdir,
-        )?;
+        let root = lease.stage().join("root");
+        let p = &spec.process;
+        rootfs::extend_and_pivot(k, &root, &spec.extra_binds, &p.workdir, hidden.as_deref())?;
     } else {
+        let (image, stage) = (lease.image_mount(), lease.stage());
         let plan = RootfsPlan {
-            image: &lease.image_mount(),
-            stage: &lease.stage(),
-            writable: spec.writable,
+            profile: Profile::Container,
+            layers: Layers::Overlay {
+                image: &image,
+                stage: &stage,
+                writable: spec.writable,
+            },
             fresh_proc: spec.pid_ns,
             binds: &spec.binds,
-            passwd_line: spec.passwd_line.clone(),
-            group_line: spec.group_line.clone(),
-            workdir: &spec.workdir,
-            confined: spec.mode == IdMode::HostRoot,
+            passwd_line: spec.identity.passwd_line.as_deref(),
+            group_line: spec.identity.group_line.as_deref(),
+            workdir: &spec.process.workdir,
+            confined: spec.identity.mode == IdMode::HostRoot,
+            hidden: hidden.as_deref(),
         };
-        rootfs::assemble(&plan)?;
+        rootfs::assemble(k, &plan)?;
     }
     timing.mark("mount");
     if let Some(check) = &spec.preflight {
@@ -431,248 +388,130 @@ pub(crate) fn child(
     }
     // Hooks: berth runs createRuntime and createContainer now; their
     // variables join the command's environment.
-    let mut env = spec.env.clone();
+    let mut env = spec.process.env.clone();
     if let Some(sync) = sync.take() {
         match sync.child_ready(host_pid) {
-            Some(extra) => {
-                for (k, v) in extra {
-                    env.retain(|(n, _)| *n != k);
-                    env.push((k, v));
-                }
-            }
+            Some(extra) => set_all(&mut env, extra),
             // berth said why; stop quietly.
-            None => sys::exit_now(EXIT_BERTH),
+            None => sys::exit_now(crate::error::EXIT_BERTH),
         }
     }
-    std::env::set_current_dir(&spec.workdir).map_err(|e| {
+    let workdir = &spec.process.workdir;
+    std::env::set_current_dir(workdir).map_err(|e| {
         Error::Setup(format!(
-            "working directory {:?} is not usable in the container: {e}",
-            spec.workdir
+            "working directory {workdir:?} is not usable in the container: {e}"
         ))
     })?;
-    match (spec.mode, &lease.nested_userns) {
+    become_user(k, spec, lease)?;
+    k.set_no_new_privs()
+        .map_err(|e| Error::sys("set no_new_privs", None, e))?;
+    // startContainer hooks run in the container, their paths the image's.
+    let hooks = spec.hooks();
+    if hooks.any_at("startContainer") {
+        set_all(
+            &mut env,
+            hooks.start_container(host_pid).map_err(Error::Setup)?,
+        );
+    }
+    Ok(Built { env, signals })
+}
+
+/// Sets each of `vars` in `env`, replacing earlier values.
+fn set_all(env: &mut Vec<(String, String)>, vars: Vec<(String, String)>) {
+    for (k, v) in vars {
+        env.retain(|(n, _)| *n != k);
+        env.push((k, v));
+    }
+}
+
+/// Leaves root of the keeper's user namespace for the container's user.
+fn become_user(k: &dyn Kernel, spec: &RunSpec, lease: &KeeperLease) -> Result<()> {
+    let id = &spec.identity;
+    match (id.mode, &lease.nested_userns) {
         // The keeper's nested namespace: one for all runs, and none of its
         // capabilities (fakeroot's root has all of them) reach the
         // keeper's namespace, its mounts or its processes.
-        (IdMode::Identity | IdMode::FakeRoot, Some(ns)) => {
-            rustix::thread::move_into_link_name_space(ns.as_fd(), Some(LinkNameSpaceType::User))
-                .map_err(|e| Error::Namespace(format!("join the nested user namespace: {e}")))?
-        }
-        (IdMode::Identity, None) => become_caller(spec.uid, spec.gid)?,
-        (IdMode::FakeRoot, None) => become_caller(0, 0)?,
+        (IdMode::Identity | IdMode::FakeRoot, Some(ns)) => k
+            .setns(ns.as_fd(), Namespace::User)
+            .map_err(|e| Error::sys("join the nested user namespace", None, e)),
+        (IdMode::Identity, None) => idmap::become_caller(k, id.uid, id.gid),
+        (IdMode::FakeRoot, None) => idmap::become_caller(k, 0, 0),
         // Real root has real capabilities: keep Docker's default set only.
-        (IdMode::HostRoot, _) => sys::restrict_bounding_set(sys::ROOT_KEEPS)
-            .map_err(|e| Error::Setup(format!("drop capabilities: {e}")))?,
-    }
-    rustix::thread::set_no_new_privs(true)
-        .map_err(|e| Error::Setup(format!("no_new_privs: {e}")))?;
-    // startContainer hooks run in the container, their paths the image's.
-    if spec.hooks.iter().any(|h| h.stage == "startContainer") {
-        let state = hooks::state_json(
-            &spec.id,
-            "created",
-            host_pid,
-            Path::new("/"),
-            &spec.annotations,
-        );
-        for h in spec.hooks.iter().filter(|h| h.stage == "startContainer") {
-            let extra = hooks::run(h, &state).map_err(Error::Setup)?;
-            for (k, v) in extra {
-                env.retain(|(n, _)| *n != k);
-                env.push((k, v));
-            }
-        }
-    }
-    if let Some(built) = hold {
-        crate::shared::built(built);
-    }
-    let program = resolve_or_exit(&spec.argv[0], &env, &spec.workdir, spec.argv0_fallback);
-    timing.mark("pivot");
-    if spec.pid_ns {
-        // PID 1 stays berth: it reaps orphans and forwards signals.
-        match sys::fork().map_err(|e| Error::Setup(format!("fork: {e}")))? {
-            Fork::Parent(command) => {
-                let _ = rustix::process::set_dumpable_behavior(
-                    rustix::process::DumpableBehavior::NotDumpable,
-                );
-                let exit = init_loop(command, &set);
-                sys::exit_now(exit.as_code());
-            }
-            Fork::Child => {}
-        }
-    }
-    timing.mark("exec");
-    exec_command(&program, &spec.argv, &env, &spec.seccomp, timing)
-}
-
-/// The command's program in the container, or berth's message and exit
-/// (127 not found, 126 not executable).
-pub(crate) fn resolve_or_exit(
-    cmd: &str,
-    env: &[(String, String)],
-    workdir: &str,
-    argv0_fallback: bool,
-) -> PathBuf {
-    match resolve_command(cmd, env, workdir, argv0_fallback) {
-        Ok(p) => p,
-        Err((code, msg)) => {
-            eprintln!("berth: error: {msg}");
-            sys::exit_now(code);
-        }
+        (IdMode::HostRoot, _) => k
+            .restrict_bounding_set(sys::ROOT_KEEPS)
+            .map_err(|e| Error::sys("drop capabilities", None, e)),
     }
 }
 
-/// The last step in the container: only the descriptors the command must
-/// inherit (stdio, the launcher's PMI socket) stay open, signals
-/// take their defaults, the seccomp filter is on, and `program` replaces
-/// berth. `timing` is reported with the filter's installation as its last
-/// phase (`seccomp`).
-pub(crate) fn exec_command(
-    program: &Path,
-    argv: &[String],
-    env: &[(String, String)],
-    seccomp: &crate::seccomp::Seccomp,
-    mut timing: Timing,
-) -> ! {
-    sys::cloexec_all_but(&inherited_fds());
-    sys::reset_signals();
-    timing.mark("fds");
-    if let Err(e) = crate::seccomp::install(seccomp) {
-        eprintln!("berth: error: {e}");
-        sys::exit_now(crate::error::EXIT_BERTH);
-    }
-    timing.mark("seccomp");
-    timing.report();
-    let err = std::process::Command::new(program)
-        .arg0(&argv[0])
-        .args(&argv[1..])
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .exec();
-    let code = match err.raw_os_error() {
-        Some(libc::ENOENT) => EXIT_NOT_FOUND,
-        _ => EXIT_NOT_EXECUTABLE,
-    };
-    eprintln!("berth: error: cannot execute {}: {err}", program.display());
-    sys::exit_now(code)
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Takes a share in the keeper of `spec`'s image (starting it if needed)
-/// and lets the other ranks waiting on the caller's start-up lock go.
-pub(crate) fn lease_for(spec: &RunSpec) -> Result<KeeperLease> {
-    let lease = keeper::acquire(
-        &spec.berth_exe,
-        &spec.image,
-        &spec.image_id,
-        spec.mode,
-        spec.keeper_idle,
-        spec.template.as_ref(),
-        spec.image_file.as_deref(),
-    )?;
-    release_startup_lock(spec);
-    Ok(lease)
-}
-
-/// Lets the other ranks waiting on the caller's start-up lock go (the
-/// keeper is there, or this run joins a shared container and needs none).
-pub(crate) fn release_startup_lock(spec: &RunSpec) {
-    if let Some(lock) = &spec.startup_lock {
-        if let Ok(mut held) = lock.lock() {
-            held.take();
-        }
-    }
-}
-
-/// Whether a run can start from the keeper's prepared root: it wants the
-/// same template, a read-only image and the host's /proc, and none of its
-/// own binds would cover one of the template's.
-fn uses_template(spec: &RunSpec) -> bool {
-    spec.template.is_some()
-        && !spec.writable
-        && !spec.pid_ns
-        && spec.template.as_ref().is_some_and(|t| {
-            !spec.extra_binds.iter().any(|b| {
-                t.binds.iter().any(|tb| {
-                    let under = tb.target.strip_prefix(&b.target);
-                    under.is_some_and(|rest| rest.starts_with('/') || b.target == "/")
-                })
-            })
-        })
-}
-
-/// Leaves root of the keeper's user namespace for the caller's own ids: a
-/// nested user namespace mapping `uid` to the outer root (which is the
-/// caller on the host). Capabilities go with it at `exec`.
-fn become_caller(uid: u32, gid: u32) -> Result<()> {
-    sys::unshare(UnshareFlags::NEWUSER)
-        .map_err(|e| Error::Namespace(format!("nested user namespace: {e}")))?;
-    sys::write_id_maps(&format!("{uid} 0 1"), &format!("{gid} 0 1"))
-        .map_err(|e| Error::Namespace(format!("cannot write the nested id maps: {e}")))
-}
-
-/// Finds the command in the container, as a shell would: a name with a `/`
-/// is a path (relative to the working directory), anything else is searched
-/// in the container's PATH. Errors carry exit codes 127 and 126.
-pub(crate) fn resolve_command(
-    cmd: &str,
-    env: &[(String, String)],
-    workdir: &str,
-    argv0_fallback: bool,
-) -> Result<PathBuf, (i32, String)> {
-    let executable = |p: &Path| -> Option<bool> {
-        let m = std::fs::metadata(p).ok()?;
-        Some(m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
-    if cmd.contains('/') {
-        let p = if cmd.starts_with('/') {
-            PathBuf::from(cmd)
-        } else {
-            Path::new(workdir).join(cmd)
+    fn spec(template: bool, extra: &[&str]) -> RunSpec {
+        let bind = |t: &str| Bind {
+            source: "/x".into(),
+            target: t.into(),
+            readonly: false,
+            spec: t.into(),
+            device: false,
         };
-        return match executable(&p) {
-            Some(true) => Ok(p),
-            None if argv0_fallback && cmd.starts_with('/') => {
-                let base = Path::new(cmd)
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .unwrap_or(cmd);
-                resolve_command(base, env, workdir, false)
-                    .map_err(|(code, msg)| (code, format!("{cmd}: not in the image, and {msg}")))
-            }
-            Some(false) => Err((
-                EXIT_NOT_EXECUTABLE,
-                format!("{cmd}: permission denied (not an executable file)"),
-            )),
-            None => Err((
-                EXIT_NOT_FOUND,
-                format!("{cmd}: no such file or directory in the container"),
-            )),
-        };
-    }
-    let path = env
-        .iter()
-        .find(|(k, _)| k == "PATH")
-        .map(|(_, v)| v.as_str())
-        .unwrap_or(crate::semantics::DEFAULT_PATH);
-    let mut found_non_exec = None;
-    for dir in path.split(':').filter(|d| !d.is_empty()) {
-        let p = Path::new(dir).join(cmd);
-        match executable(&p) {
-            Some(true) => return Ok(p),
-            Some(false) => {
-                found_non_exec.get_or_insert(p);
-            }
-            None => {}
+        RunSpec {
+            id: "c".into(),
+            image: ImageSpec {
+                id: "sha256:ab".into(),
+                squashfs: "/s".into(),
+            },
+            process: Process {
+                argv: vec!["true".into()],
+                env: vec![("A".into(), "1".into())],
+                workdir: "/".into(),
+                argv0_fallback: false,
+                seccomp: Default::default(),
+            },
+            identity: Identity {
+                mode: IdMode::Identity,
+                uid: 1000,
+                gid: 1000,
+                passwd_line: None,
+                group_line: None,
+            },
+            binds: vec![],
+            template: template.then(|| Template {
+                binds: vec![bind("/home/me"), bind("/tmp")],
+                passwd_line: None,
+                group_line: None,
+            }),
+            extra_binds: extra.iter().map(|t| bind(t)).collect(),
+            writable: false,
+            pid_ns: false,
+            net_none: false,
+            hooks: vec![],
+            annotations: vec![],
+            preflight: None,
+            keeper_idle: Duration::from_secs(30),
+            berth_exe: "/b".into(),
+            timing: None,
         }
     }
-    match found_non_exec {
-        Some(p) => Err((
-            EXIT_NOT_EXECUTABLE,
-            format!("{cmd}: {} is not executable", p.display()),
-        )),
-        None => Err((
-            EXIT_NOT_FOUND,
-            format!("{cmd}: command not found in the image (PATH={path})"),
-        )),
+
+    #[test]
+    fn a_run_uses_the_prepared_root_unless_its_binds_cover_the_templates() {
+        assert!(spec(true, &["/work"]).uses_template());
+        assert!(spec(true, &["/home/me/project"]).uses_template());
+        assert!(!spec(true, &["/home"]).uses_template());
+        assert!(!spec(true, &["/"]).uses_template());
+        assert!(!spec(false, &[]).uses_template());
+        let mut writable = spec(true, &[]);
+        writable.writable = true;
+        assert!(!writable.uses_template());
+    }
+
+    #[test]
+    fn the_plan_shows_the_environment_as_strings() {
+        let j = serde_json::to_value(spec(false, &[])).unwrap();
+        assert_eq!(j["env"][0], "A=1");
+        assert_eq!(j["argv"][0], "true");
+        assert_eq!(j["image"]["squashfs"], "/s");
+        assert_eq!(j["identity"]["mode"], "identity");
     }
 }

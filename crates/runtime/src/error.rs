@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use berth_config::exit::{Exit, ExitStatus};
+
 /// An error while preparing or starting a container.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -15,6 +17,17 @@ pub enum Error {
         path: PathBuf,
         /// The OS error.
         source: std::io::Error,
+    },
+    /// A kernel call failed: what berth was doing, on which path, and the
+    /// errno (callers can match `EPERM` or `ENOSPC`).
+    #[error("cannot {call}{}: {errno}", path.as_ref().map(|p| format!(" {}", p.display())).unwrap_or_default())]
+    Sys {
+        /// What was being done (`mount a tmpfs on`, `unshare`, ...).
+        call: &'static str,
+        /// On which path, if one.
+        path: Option<PathBuf>,
+        /// The kernel's answer.
+        errno: rustix::io::Errno,
     },
     /// Namespaces could not be created or joined.
     #[error("{0}")]
@@ -43,6 +56,20 @@ pub enum Error {
 }
 
 impl Error {
+    /// A failed kernel call.
+    pub fn sys(call: &'static str, path: Option<PathBuf>, errno: rustix::io::Errno) -> Self {
+        Error::Sys { call, path, errno }
+    }
+
+    /// The errno behind this error, when a kernel call failed.
+    pub fn errno(&self) -> Option<rustix::io::Errno> {
+        match self {
+            Error::Sys { errno, .. } => Some(*errno),
+            Error::Io { source, .. } => rustix::io::Errno::from_io_error(source),
+            _ => None,
+        }
+    }
+
     /// An I/O error on `path`.
     pub fn io(what: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
@@ -57,8 +84,15 @@ impl Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Exit code for berth's own failures (podman's).
-pub const EXIT_BERTH: i32 = 125;
+pub const EXIT_BERTH: i32 = Exit::Berth.code() as i32;
 /// Exit code when the command exists but cannot be executed.
-pub const EXIT_NOT_EXECUTABLE: i32 = 126;
+pub const EXIT_NOT_EXECUTABLE: i32 = Exit::NotExecutable.code() as i32;
 /// Exit code when the command is not found in the image.
-pub const EXIT_NOT_FOUND: i32 = 127;
+pub const EXIT_NOT_FOUND: i32 = Exit::CommandNotFound.code() as i32;
+
+impl ExitStatus for Error {
+    /// Every runtime error is berth's own failure.
+    fn exit(&self) -> Exit {
+        Exit::Berth
+    }
+}

@@ -1,4 +1,5 @@
-//! One module per command: each builds options and makes one library call.
+//! One module per command: each turns its arguments into the library's
+//! options and makes one library call.
 
 mod build;
 mod images;
@@ -13,15 +14,10 @@ mod shared;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use berth_config::{Config, ConfigError, Env};
+use berth_config::{Config, Env};
 use berth_image::store::Store;
 
 use crate::cli::{Cli, Command};
-
-/// Exit code for errors no class claims.
-const EXIT_OTHER: u8 = 1;
-/// Exit code for configuration errors.
-const EXIT_CONFIG: u8 = 3;
 
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<ExitCode> {
@@ -68,23 +64,6 @@ impl Context {
     pub fn store(&self, config: &Config) -> Result<Store> {
         Ok(Store::open(&config.store, &config.shared_stores)?)
     }
-}
-
-/// The exit code and message for an error.
-pub fn describe_error(e: &anyhow::Error) -> (u8, String) {
-    if let Some(ie) = e.downcast_ref::<berth_image::Error>() {
-        return (ie.class().exit_code(), format!("{e:#}"));
-    }
-    if let Some(re) = e.downcast_ref::<berth_runtime::Error>() {
-        return (berth_runtime::error::EXIT_BERTH as u8, format!("{re}"));
-    }
-    if e.downcast_ref::<ConfigError>().is_some() {
-        return (EXIT_CONFIG, format!("{e:#}"));
-    }
-    if let Some(ie) = e.downcast_ref::<berth_inject::InjectError>() {
-        return (modules::exit_code(ie), format!("{e:#}"));
-    }
-    (EXIT_OTHER, format!("{e:#}"))
 }
 
 /// Number of compressor threads for the squashfs writer.

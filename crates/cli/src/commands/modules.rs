@@ -1,62 +1,13 @@
-//! `berth modules`, and the site's injection settings for `berth run`.
+//! `berth modules`: the site's modules and CDI devices.
 
 use std::process::ExitCode;
 
-use anyhow::{anyhow, Result};
-use berth_config::Config;
-use berth_inject::module::{self, Module};
-use berth_inject::{cdi, HostPaths, InjectError, Site};
+use anyhow::Result;
+use berth_engine::inject::site;
+use berth_inject::cdi;
 
 use super::Context;
 use crate::cli::ModulesArgs;
-
-/// Exit code when host resources cannot be injected.
-const EXIT_HOST_RESOURCE: u8 = 17;
-/// Exit code for a broken module file (a configuration error).
-const EXIT_CONFIG: u8 = 3;
-
-/// The exit code for an injection error.
-pub fn exit_code(e: &InjectError) -> u8 {
-    match e {
-        InjectError::ModuleFile { .. } => EXIT_CONFIG,
-        _ => EXIT_HOST_RESOURCE,
-    }
-}
-
-/// The host's injection settings: `[host]` of the config files (the module
-/// directory defaults to `modules.d` next to the system config file) and
-/// every module.
-pub fn site(config: &Config) -> Result<Site> {
-    let mut table = config.host.clone();
-    if !table.contains_key("modules_dir") {
-        if let Some(dir) = config.system_config.parent() {
-            table.insert(
-                "modules_dir".into(),
-                toml::Value::String(dir.join("modules.d").to_string_lossy().into_owned()),
-            );
-        }
-    }
-    let host: HostPaths = toml::Value::Table(table).try_into().map_err(|e| {
-        anyhow!(
-            "the [host] table of {}: {e}",
-            if config.files.is_empty() {
-                "the configuration".to_string()
-            } else {
-                config
-                    .files
-                    .iter()
-                    .map(|f| f.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(" or ")
-            }
-        )
-    })?;
-    let mut inline: Vec<Module> = Vec::new();
-    for (path, table) in &config.modules {
-        inline.extend(module::from_table(table, path)?);
-    }
-    Ok(Site::load(host, inline)?)
-}
 
 /// `berth modules`: the modules and CDI devices this node offers.
 pub fn list(ctx: &Context, args: ModulesArgs) -> Result<ExitCode> {

@@ -3,7 +3,8 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
-use berth_runtime::shared::{self, Join};
+use berth_runtime::container::Process;
+use berth_runtime::shared;
 
 use crate::cli::{ExecArgs, PsArgs};
 
@@ -16,7 +17,7 @@ pub fn exec(args: ExecArgs) -> Result<ExitCode> {
             "berth: error: no shared container {} on this node (berth ps lists them; they go away with their last task)",
             args.name
         );
-        return Ok(ExitCode::from(berth_runtime::error::EXIT_BERTH as u8));
+        return Ok(ExitCode::from(crate::exit::Exit::Berth.code()));
     };
     let mut env = info.env.clone();
     for e in &args.env {
@@ -30,7 +31,7 @@ pub fn exec(args: ExecArgs) -> Result<ExitCode> {
         env.retain(|(n, _)| *n != k);
         env.push((k, v));
     }
-    let job = Join {
+    let job = Process {
         argv: args.command,
         env,
         workdir: args.workdir.unwrap_or(info.workdir),
@@ -41,7 +42,7 @@ pub fn exec(args: ExecArgs) -> Result<ExitCode> {
         Ok(code) => Ok(ExitCode::from(code.clamp(0, 255) as u8)),
         Err(e) => {
             eprintln!("berth: error: {e}");
-            Ok(ExitCode::from(berth_runtime::error::EXIT_BERTH as u8))
+            Ok(ExitCode::from(crate::exit::Exit::Berth.code()))
         }
     }
 }

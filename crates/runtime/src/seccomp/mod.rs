@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::keeper::IdMode;
+use crate::idmap::IdMode;
 
 pub mod profile;
 
@@ -63,6 +63,17 @@ impl PartialEq for Compiled {
 }
 
 impl Eq for Compiled {}
+
+/// Shown as `default`, `unconfined` or the profile's path.
+impl serde::Serialize for Seccomp {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            Seccomp::Default => s.serialize_str("default"),
+            Seccomp::Unconfined => s.serialize_str("unconfined"),
+            Seccomp::Profile(c) => s.serialize_str(&c.file.to_string_lossy()),
+        }
+    }
+}
 
 impl Seccomp {
     /// Parses the value of `--security-opt seccomp=VALUE` for a command in
@@ -333,7 +344,7 @@ fn load(program: &[libc::sock_filter]) -> std::io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Every jump of the program lands inside it, and both exits are there.
@@ -407,7 +418,7 @@ mod tests {
     /// Runs `checks` in a forked child under `program` (a filter cannot be
     /// removed) and returns the child's exit code: `checks`' answer, 1 if
     /// the filter could not be loaded.
-    pub(super) fn exit_code_under(
+    pub(crate) fn exit_code_under(
         program: &[libc::sock_filter],
         checks: impl FnOnce() -> Option<i32>,
     ) -> i32 {
@@ -425,5 +436,34 @@ mod tests {
         unsafe { libc::waitpid(pid, &mut status, 0) };
         assert!(libc::WIFEXITED(status));
         libc::WEXITSTATUS(status)
+    }
+
+    /// crun's `tests/no_openat2.c`, berth's way: a seccomp filter makes
+    /// `openat2` answer ENOSYS in a child, whose kernel then resolves by
+    /// walking, with the same results.
+    #[test]
+    fn without_openat2_the_kernel_falls_back_to_the_walk() {
+        let d = crate::sys::resolve_tests_tree();
+        let profile = r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["openat2"],"action":"SCMP_ACT_ERRNO","errnoRet":38}]}"#;
+        let ctx = crate::seccomp::profile::Context {
+            has_cap: Box::new(|_| false),
+            kernel: (6, 1),
+        };
+        let program = crate::seccomp::profile::compile_text(
+            profile,
+            std::path::Path::new("no-openat2.json"),
+            &ctx,
+        )
+        .unwrap();
+        let code = exit_code_under(&program, || {
+            let k = crate::sys::Linux::new();
+            let ok = crate::sys::read_in_root_for_tests(&k, d.path(), "climb/passwd").ok()?
+                == "root:x:0:0::/root:/bin/sh\n"
+                && crate::sys::read_in_root_for_tests(&k, d.path(), "loop1/x")
+                    == Err(crate::sys::Errno::LOOP)
+                && !k.has_openat2();
+            Some(if ok { 0 } else { 2 })
+        });
+        assert_eq!(code, 0);
     }
 }

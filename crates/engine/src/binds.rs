@@ -1,0 +1,230 @@
+//! A run's binds: `-v` specifications parsed, the defaults every run of
+//! the user has (site binds, home, /tmp) and those of this run (the
+//! current directory, `-v`, injected host resources), in mount order.
+
+use std::path::{Path, PathBuf};
+
+use berth_runtime::rootfs::Bind;
+
+use crate::error::{Error, Result};
+
+/// Parses a bind specification `SRC[:DST[:ro|rw]]` (`SRC:ro` binds SRC at
+/// the same path); a relative SRC is taken from `cwd`, and must exist.
+pub fn parse_volume(spec: &str, cwd: &Path) -> Result<Bind> {
+    let bad = |why: String| Error::Usage(format!("bind {spec:?}: {why}"));
+    let parts: Vec<&str> = spec.split(':').collect();
+    let (src, dst, mode) = match parts.as_slice() {
+        [s] => (*s, *s, None),
+        [s, d] if *d == "ro" || *d == "rw" => (*s, *s, Some(*d)),
+        [s, d] => (*s, *d, None),
+        [s, d, m] => (*s, *d, Some(*m)),
+        _ => return Err(bad("expected SRC[:DST[:ro|rw]]".into())),
+    };
+    let readonly = match mode {
+        None | Some("rw") => false,
+        Some("ro") => true,
+        Some(other) => return Err(bad(format!("unknown option {other:?} (use ro or rw)"))),
+    };
+    if src.is_empty() || dst.is_empty() {
+        return Err(bad("empty path".into()));
+    }
+    let source = if Path::new(src).is_absolute() {
+        PathBuf::from(src)
+    } else {
+        cwd.join(src)
+    };
+    let source = source
+        .canonicalize()
+        .map_err(|e| bad(format!("source {} is not usable: {e}", source.display())))?;
+    let target = if dst.starts_with('/') {
+        dst.to_string()
+    } else if dst == src {
+        source.to_string_lossy().into_owned()
+    } else {
+        return Err(bad("the container path must be absolute".into()));
+    };
+    if target.split('/').any(|c| c == "..") {
+        return Err(bad("the container path must not contain `..`".into()));
+    }
+    Ok(Bind {
+        source,
+        target,
+        readonly,
+        spec: spec.to_string(),
+        device: false,
+    })
+}
+
+/// Binds in mount order: of two binds of one target the later wins, and
+/// parents come before children.
+pub fn in_mount_order(binds: Vec<Bind>) -> Vec<Bind> {
+    let mut dedup: Vec<Bind> = Vec::new();
+    for b in binds.into_iter().rev() {
+        if !dedup.iter().any(|d| d.target == b.target) {
+            dedup.push(b);
+        }
+    }
+    dedup.reverse();
+    dedup.sort_by_key(|b| b.target.matches('/').count());
+    dedup
+}
+
+/// The binds of a run: `common` ones every default run of the user has
+/// (site binds, home, /tmp, what site modules always add: a keeper
+/// prepares them once), `extra` ones of this run (the current directory
+/// unless already covered, `-v`, injected host resources), and `all` of
+/// them in mount order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunBinds {
+    /// The user's default binds, in mount order.
+    pub common: Vec<Bind>,
+    /// This run's own, in mount order.
+    pub extra: Vec<Bind>,
+    /// All of them, in mount order.
+    pub all: Vec<Bind>,
+}
+
+/// What decides a run's binds.
+#[derive(Debug, Clone)]
+pub struct BindInputs<'a> {
+    /// `[runtime] binds` of the configuration.
+    pub site: &'a [String],
+    /// The caller's home, bound unless `no_home` or real root.
+    pub home: Option<&'a Path>,
+    /// `--no-home`.
+    pub no_home: bool,
+    /// Real root gets no host home, /tmp or working directory unless asked.
+    pub host_root: bool,
+    /// The caller's working directory.
+    pub cwd: &'a Path,
+    /// `-v` specifications.
+    pub volumes: &'a [String],
+    /// What site modules add to every run.
+    pub site_always: Vec<Bind>,
+    /// What this run's host resources add (they win over a `-v` of the
+    /// same path).
+    pub injected: Vec<Bind>,
+}
+
+/// Works out a run's binds.
+pub fn run_binds(inputs: BindInputs<'_>) -> Result<RunBinds> {
+    let mut common: Vec<Bind> = Vec::new();
+    for site in inputs.site {
+        match parse_volume(site, Path::new("/")) {
+            Ok(b) => common.push(b),
+            // Site binds name paths that may not exist on every node.
+            Err(e) => tracing::debug!("skipping site bind: {e}"),
+        }
+    }
+    // Real root gets no host home, /tmp or working directory unless asked
+    // (-v): a root container writing /root/.ssh or host /tmp owns the node.
+    let plain = |source: &Path, spec: &str| Bind {
+        source: source.to_path_buf(),
+        target: source.to_string_lossy().into_owned(),
+        readonly: false,
+        spec: spec.to_string(),
+        device: false,
+    };
+    if let Some(h) = inputs
+        .home
+        .filter(|h| h.is_dir() && !inputs.no_home && !inputs.host_root)
+    {
+        common.push(plain(h, "home"));
+    }
+    if Path::new("/tmp").is_dir() && !inputs.host_root {
+        common.push(plain(Path::new("/tmp"), "/tmp"));
+    }
+    common.extend(inputs.site_always);
+    let common = in_mount_order(common);
+    let mut extra: Vec<Bind> = Vec::new();
+    let cwd = inputs.cwd;
+    let covered = common.iter().any(|b| cwd.starts_with(&b.target));
+    if cwd != Path::new("/") && !covered && !inputs.host_root {
+        extra.push(plain(cwd, "current directory"));
+    }
+    for v in inputs.volumes {
+        extra.push(parse_volume(v, cwd)?);
+    }
+    // Host resources last: a module's or a device's bind wins over a -v of
+    // the same path.
+    extra.extend(inputs.injected);
+    let extra = in_mount_order(extra);
+    let all = in_mount_order(common.iter().chain(extra.iter()).cloned().collect());
+    Ok(RunBinds { common, extra, all })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn targets(b: &[Bind]) -> Vec<&str> {
+        b.iter().map(|b| b.target.as_str()).collect()
+    }
+
+    #[test]
+    fn volume_specifications() {
+        let d = tempfile::tempdir().unwrap();
+        let real = d.path().canonicalize().unwrap();
+        let b = parse_volume(&format!("{}:/data:ro", real.display()), Path::new("/")).unwrap();
+        assert_eq!((b.target.as_str(), b.readonly), ("/data", true));
+        let same = parse_volume(&format!("{}:ro", real.display()), Path::new("/")).unwrap();
+        assert_eq!(same.target, real.to_string_lossy());
+        // Relative to the working directory.
+        std::fs::create_dir(real.join("sub")).unwrap();
+        let rel = parse_volume("sub:/s", &real).unwrap();
+        assert_eq!(rel.source, real.join("sub"));
+        for (bad, why) in [
+            ("/nonexistent-x:/x", "not usable"),
+            ("/tmp:rel", "must be absolute"),
+            ("/tmp:/a/../b", "`..`"),
+            ("/tmp:/x:rx", "unknown option"),
+            ("/tmp:/x:ro:y", "expected SRC"),
+            (":/x", "empty path"),
+        ] {
+            let err = parse_volume(bad, Path::new("/")).unwrap_err().to_string();
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn later_binds_of_a_target_win_and_parents_come_first() {
+        let b = |t: &str, spec: &str| Bind {
+            source: "/s".into(),
+            target: t.into(),
+            readonly: false,
+            spec: spec.into(),
+            device: false,
+        };
+        let out = in_mount_order(vec![b("/a/b", "1"), b("/a", "2"), b("/a/b", "3")]);
+        assert_eq!(targets(&out), vec!["/a", "/a/b"]);
+        assert_eq!(out[1].spec, "3");
+    }
+
+    #[test]
+    fn defaults_and_this_runs_own() {
+        // Not under /tmp, which every run binds (and so covers).
+        let home = tempfile::tempdir_in("/var/tmp").unwrap();
+        let h = home.path().canonicalize().unwrap();
+        let work = h.join("project");
+        std::fs::create_dir(&work).unwrap();
+        let inputs = |host_root: bool, no_home: bool| BindInputs {
+            site: &[],
+            home: Some(&h),
+            no_home,
+            host_root,
+            cwd: &work,
+            volumes: &[],
+            site_always: vec![],
+            injected: vec![],
+        };
+        let user = run_binds(inputs(false, false)).unwrap();
+        assert!(targets(&user.common).contains(&h.to_str().unwrap()));
+        // The working directory is under home: covered, not bound again.
+        assert!(user.extra.is_empty(), "{:?}", user.extra);
+        let no_home = run_binds(inputs(false, true)).unwrap();
+        assert_eq!(targets(&no_home.extra), vec![work.to_str().unwrap()]);
+        // Real root: no home, /tmp or working directory.
+        let root = run_binds(inputs(true, false)).unwrap();
+        assert!(root.all.is_empty(), "{:?}", root.all);
+    }
+}

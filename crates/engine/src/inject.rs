@@ -1,0 +1,129 @@
+//! Host resources for a run: the site's injection settings from the
+//! configuration, what its modules add to every run and what this run
+//! asks for (`--gpus`, `--device`, `--module`, `--mpi`, OCI hooks that
+//! apply), as the runtime's binds, hooks and in-container check.
+
+use std::path::Path;
+use std::time::Duration;
+
+use berth_config::Config;
+use berth_inject::module::{self, Module};
+use berth_inject::plan::MountKind;
+use berth_inject::{HostPaths, Plan, Site};
+use berth_runtime::hooks::Hook;
+use berth_runtime::rootfs::Bind;
+use berth_runtime::Preflight;
+
+use crate::error::{Error, Result};
+use crate::request::RunRequest;
+
+/// The host's injection settings: `[host]` of the config files (the module
+/// directory defaults to `modules.d` next to the system config file) and
+/// every module.
+pub fn site(config: &Config) -> Result<Site> {
+    let mut table = config.host.clone();
+    if !table.contains_key("modules_dir") {
+        if let Some(dir) = config.system_config.parent() {
+            table.insert(
+                "modules_dir".into(),
+                toml::Value::String(dir.join("modules.d").to_string_lossy().into_owned()),
+            );
+        }
+    }
+    let host: HostPaths = toml::Value::Table(table).try_into().map_err(|e| {
+        let files = if config.files.is_empty() {
+            "the configuration".to_string()
+        } else {
+            config
+                .files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" or ")
+        };
+        Error::HostConfig(format!("the [host] table of {files}: {e}"))
+    })?;
+    let mut inline: Vec<Module> = Vec::new();
+    for (path, table) in &config.modules {
+        inline.extend(module::from_table(table, path)?);
+    }
+    Ok(Site::load(host, inline)?)
+}
+
+/// `--annotation KEY=VALUE` values as pairs.
+pub fn annotations(values: &[String]) -> Result<Vec<(String, String)>> {
+    values
+        .iter()
+        .map(|a| {
+            a.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| Error::Usage(format!("--annotation {a:?}: expected KEY=VALUE")))
+        })
+        .collect()
+}
+
+/// What the site's modules add to every run, and what `req` adds for
+/// `command` (the command's path, for hooks' `when`).
+pub fn plans(
+    config: &Config,
+    req: &RunRequest,
+    command: &str,
+    annotations: &[(String, String)],
+) -> Result<(Plan, Plan)> {
+    let site = site(config)?;
+    let request = berth_inject::Request {
+        gpus: req
+            .gpus
+            .as_deref()
+            .map(berth_inject::gpu::Selection::parse)
+            .transpose()?,
+        devices: req.devices.clone(),
+        modules: req.modules.clone(),
+        mpi: req.mpi,
+        annotations: annotations.to_vec(),
+        command: command.to_string(),
+        has_bind_mounts: !req.volumes.is_empty(),
+    };
+    Ok((site.always()?, site.requested(&request)?))
+}
+
+/// A plan's binds as the runtime's.
+pub fn binds(plan: &Plan) -> Vec<Bind> {
+    plan.binds()
+        .into_iter()
+        .map(|m| Bind {
+            device: m.kind == MountKind::Device,
+            source: m.source,
+            target: m.target,
+            readonly: m.readonly,
+            spec: m.origin,
+        })
+        .collect()
+}
+
+/// A plan's hooks as the runtime's.
+pub fn hooks(plan: &Plan) -> Vec<Hook> {
+    plan.hooks
+        .iter()
+        .map(|h| Hook {
+            stage: h.stage.clone(),
+            path: h.path.clone().into(),
+            args: h.args.clone(),
+            env: h.env.clone(),
+            timeout: h
+                .timeout
+                .filter(|t| *t > 0)
+                .map(|t| Duration::from_secs(t as u64)),
+        })
+        .collect()
+}
+
+/// The MPI bind model's ABI check, run inside the container, where the
+/// image's libraries are.
+pub fn preflight(plan: &Plan) -> Option<Preflight> {
+    plan.mpi.clone().map(|check| {
+        Preflight(std::sync::Arc::new(move || {
+            berth_inject::mpi::check_image(&check, Path::new("/"))
+        }))
+    })
+}

@@ -1,0 +1,278 @@
+//! berth's run path between a front end and the runtime.
+//!
+//! A front end (the command line; later the Slurm plugin) builds a
+//! [`RunRequest`], plain data. [`prepare`] resolves it against the
+//! configuration and the [`Caller`] into one [`Launch`]: the image, the
+//! identity, every bind, the injected host resources, hooks and the
+//! environment. A `Launch` serialises to what `--dry-run` prints, and
+//! [`run`] starts it. [`start`] does both, and retries once when a
+//! node-local record named an image file that has gone.
+//!
+//! Modules, each a step of the resolution: [`image`] (which image),
+//! [`identity`] (who inside), [`inject`] (host resources), [`binds`]
+//! (what is bound), [`node_cache`] (the node's copy of records by id).
+
+#![forbid(unsafe_code)]
+
+use std::fs::File;
+use std::time::Duration;
+
+use berth_config::Config;
+use berth_runtime::container::{self, ImageSpec, Process, RunSpec};
+use berth_runtime::seccomp::Seccomp;
+use berth_runtime::semantics::{self, ImageDefaults, UserRequest};
+use berth_runtime::shared::{self, Placement};
+use berth_runtime::IdMode;
+use serde::Serialize;
+
+pub mod binds;
+pub mod caller;
+mod error;
+pub mod identity;
+pub mod image;
+pub mod inject;
+pub mod node_cache;
+pub mod request;
+
+pub use caller::Caller;
+pub use error::{Error, Result};
+pub use request::{RunRequest, SharedRequest};
+
+/// A run resolved: everything the runtime needs, and what the run holds
+/// until the container starts. Serialised, it is the `--dry-run` plan.
+#[derive(Debug, Serialize)]
+pub struct Launch {
+    /// The container the runtime starts.
+    #[serde(flatten)]
+    pub spec: RunSpec,
+    /// The host resources injected (site modules, devices, MPI, hooks).
+    pub injected: berth_inject::Plan,
+    /// The shared container the command joins, if any.
+    pub shared: Option<Placement>,
+    /// Held until the container starts.
+    #[serde(skip)]
+    held: Held,
+}
+
+/// What a run holds between resolution and start.
+#[derive(Debug, Default)]
+struct Held {
+    /// The image's squashfs file, when the store was read now.
+    image_file: Option<File>,
+    /// The node's lock of the image's record, when this run read the store.
+    node_lock: Option<node_cache::NodeLock>,
+}
+
+impl Launch {
+    /// Warnings of the host-resource plan, for the front end to show.
+    pub fn warnings(&self) -> &[String] {
+        &self.injected.warnings
+    }
+}
+
+/// `--security-opt` values: `seccomp=default|unconfined|FILE` (the last
+/// wins), for a command in `mode` (a profile's `includes` depend on it).
+pub fn security_options(opts: &[String], mode: IdMode) -> Result<Seccomp> {
+    let mut seccomp = Seccomp::Default;
+    for opt in opts {
+        match opt.split_once('=') {
+            Some(("seccomp", v)) => seccomp = Seccomp::parse(v, mode)?,
+            _ => {
+                return Err(Error::Usage(format!(
+                    "--security-opt {opt:?}: berth knows seccomp=default, seccomp=unconfined and seccomp=FILE (a Docker or OCI seccomp profile)"
+                )))
+            }
+        }
+    }
+    Ok(seccomp)
+}
+
+/// Resolves `req` for `caller` under `config`. `trust_cache: false`
+/// ignores the node's copy of the image's record.
+pub fn prepare(
+    config: &Config,
+    req: &RunRequest,
+    caller: &Caller,
+    trust_cache: bool,
+) -> Result<Launch> {
+    let mode = identity::id_mode(caller, req.fakeroot);
+    // Bad options fail before anything is pulled or started.
+    let seccomp = security_options(&req.security_opt, mode)?;
+    if let Some(s) = &req.shared {
+        shared::validate_key(&s.key)?;
+        if mode == IdMode::HostRoot {
+            return Err(Error::Usage(
+                "shared containers (--shared, Slurm's per-node containers) are not supported as real root: their tasks share the host's PID namespace, where a root container could signal any process; run as a user, or without --shared".into(),
+            ));
+        }
+    }
+    let found = image::find(config, &req.image, trust_cache)?;
+    let img = &found.image;
+    let run = &img.record.run;
+    let defaults = ImageDefaults {
+        env: run.env.clone(),
+        entrypoint: run.entrypoint.clone(),
+        cmd: run.cmd.clone(),
+        workdir: run.workdir.clone(),
+    };
+    let user = user_request(req)?;
+    let argv = semantics::command_line(&defaults, &user)?;
+    let inside = identity::inside(mode, caller);
+    let fixed = identity::fixed_env(&inside, &caller.hostname);
+    let mut env = semantics::environment(&defaults, &user, &caller.env, &fixed)?;
+    let workdir = semantics::workdir(&defaults, &user, caller.cwd.to_str())?;
+    // Host resources: what every run gets (site modules that apply always:
+    // prepared once, with the user's other common binds) and what this run
+    // asks for.
+    let annotations = inject::annotations(&req.annotations)?;
+    let (always, requested) = inject::plans(config, req, &argv[0], &annotations)?;
+    always.apply_env(&mut env);
+    requested.apply_env(&mut env);
+    let run_binds = binds::run_binds(binds::BindInputs {
+        site: &config.runtime.binds,
+        home: caller.home.as_deref(),
+        no_home: req.no_home,
+        host_root: mode == IdMode::HostRoot,
+        cwd: &caller.cwd,
+        volumes: &req.volumes,
+        site_always: inject::binds(&always),
+        injected: inject::binds(&requested),
+    })?;
+    // A run with its own device or library binds does not use the keeper's
+    // prepared root: their mount points would stay behind in the shared
+    // /dev and upper layer, where later runs would find them. Nor does
+    // real root: each of its runs gets its own /proc and /tmp.
+    let use_template = !req.no_home && requested.binds().is_empty() && mode != IdMode::HostRoot;
+    let mut plan = always;
+    plan.extend(requested);
+    let identity = identity::identity(mode, caller, &inside)?;
+    let idle = caller
+        .var("BERTH_KEEPER_IDLE")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(config.runtime.keeper_idle_seconds);
+    let timing = req.timing
+        || caller
+            .var("BERTH_TIMING")
+            .is_some_and(|v| v != "0" && !v.is_empty());
+    let spec = RunSpec {
+        id: req
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("berth-{}", caller.pid)),
+        image: ImageSpec {
+            id: img.record.id.clone(),
+            squashfs: img.squashfs_path(),
+        },
+        process: Process {
+            argv,
+            env,
+            workdir,
+            argv0_fallback: req.argv0_fallback,
+            seccomp,
+        },
+        template: use_template.then(|| berth_runtime::keeper::Template {
+            binds: run_binds.common.clone(),
+            passwd_line: identity.passwd_line.clone(),
+            group_line: identity.group_line.clone(),
+        }),
+        identity,
+        binds: run_binds.all,
+        extra_binds: run_binds.extra,
+        writable: req.writable,
+        // Real root always gets a PID namespace: its CAP_KILL then reaches
+        // the container's processes only.
+        pid_ns: req.pid || mode == IdMode::HostRoot,
+        net_none: req.net_none,
+        hooks: inject::hooks(&plan),
+        annotations,
+        preflight: inject::preflight(&plan),
+        keeper_idle: Duration::from_secs(idle),
+        berth_exe: caller.berth_exe.clone(),
+        timing: timing.then_some(caller.started),
+    };
+    Ok(Launch {
+        spec,
+        injected: plan,
+        shared: req.shared.as_ref().map(|s| Placement {
+            key: s.key.clone(),
+            linger: s.linger,
+            image: req.image.clone(),
+        }),
+        held: Held {
+            image_file: found.file,
+            node_lock: found.lock,
+        },
+    })
+}
+
+/// The request's command and environment options as Docker's semantics
+/// take them (env files read now).
+fn user_request(req: &RunRequest) -> Result<UserRequest> {
+    let mut env_files = Vec::new();
+    for f in &req.env_files {
+        let text = std::fs::read_to_string(f).map_err(|source| Error::Read {
+            what: "--env-file",
+            path: f.clone(),
+            source,
+        })?;
+        env_files.extend(semantics::parse_env_file(&text)?);
+    }
+    Ok(UserRequest {
+        entrypoint: req.entrypoint.clone(),
+        args: req.args.clone(),
+        env_files,
+        env: req.env.clone(),
+        env_host: req.env_host,
+        workdir: req.workdir.clone(),
+    })
+}
+
+/// Starts `launch`; the command's exit code. The node's lock of the
+/// image's record is let go once the keeper is there (or, for a shared
+/// container, once this task has its place), before the command runs.
+pub fn run(launch: Launch) -> Result<i32> {
+    let Launch {
+        spec, shared, held, ..
+    } = launch;
+    let Held {
+        image_file,
+        node_lock,
+    } = held;
+    match shared {
+        None => {
+            let leased = container::lease(&spec, image_file.as_ref())?;
+            drop(node_lock);
+            Ok(leased.run()?)
+        }
+        Some(placement) => {
+            let placed = shared::place(&spec, &placement, image_file.as_ref())?;
+            drop(node_lock);
+            Ok(placed.join()?)
+        }
+    }
+}
+
+/// [`prepare`], `show` (a front end's look at the launch: its warnings),
+/// and [`run`]; a node-local record whose image file has gone (removed
+/// from the store, or the store moved) is dropped and the store asked
+/// again, once.
+pub fn start(
+    config: &Config,
+    req: &RunRequest,
+    caller: &Caller,
+    show: impl Fn(&Launch),
+) -> Result<i32> {
+    let prepared = |trust_cache| {
+        let launch = prepare(config, req, caller, trust_cache)?;
+        show(&launch);
+        Ok::<_, Error>(launch)
+    };
+    match run(prepared(true)?) {
+        Err(Error::Runtime(berth_runtime::Error::ImageMissing(_)))
+            if node_cache::forget(&req.image) =>
+        {
+            run(prepared(false)?)
+        }
+        result => result,
+    }
+}

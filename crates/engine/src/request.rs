@@ -1,0 +1,82 @@
+//! What a user asked for, as a front end (the command line, a scheduler
+//! plugin) hands it over: plain data, no system calls.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A request to run a command in a container.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunRequest {
+    /// The image: a name, an id or a unique id prefix.
+    pub image: String,
+    /// `--entrypoint` (a single program, as in Docker; empty clears it).
+    pub entrypoint: Option<String>,
+    /// Arguments after the image name.
+    pub args: Vec<String>,
+    /// `-e NAME[=VALUE]`, in order.
+    pub env: Vec<String>,
+    /// `--env-file`, in order.
+    pub env_files: Vec<PathBuf>,
+    /// `--env-host`.
+    pub env_host: bool,
+    /// `-w`.
+    pub workdir: Option<String>,
+    /// `-v SRC[:DST[:ro|rw]]`, in order.
+    pub volumes: Vec<String>,
+    /// `--writable`.
+    pub writable: bool,
+    /// `--fakeroot`.
+    pub fakeroot: bool,
+    /// `--no-home`.
+    pub no_home: bool,
+    /// `--pid`.
+    pub pid: bool,
+    /// `--net none`.
+    pub net_none: bool,
+    /// `--timing`.
+    pub timing: bool,
+    /// `--gpus`.
+    pub gpus: Option<String>,
+    /// `--device`.
+    pub devices: Vec<String>,
+    /// `--module`.
+    pub modules: Vec<String>,
+    /// `--mpi`.
+    pub mpi: bool,
+    /// `--annotation KEY=VALUE`.
+    pub annotations: Vec<String>,
+    /// `--security-opt`.
+    pub security_opt: Vec<String>,
+    /// `--name`: the container's id in the OCI state.
+    pub name: Option<String>,
+    /// `--shared KEY --linger SECONDS`.
+    pub shared: Option<SharedRequest>,
+    /// Look up a missing absolute command by its base name (the Slurm
+    /// plugin's tasks).
+    pub argv0_fallback: bool,
+}
+
+/// A shared container to run in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedRequest {
+    /// Its key.
+    pub key: String,
+    /// How long it stays after its last task.
+    pub linger: Duration,
+}
+
+impl RunRequest {
+    /// `berth shell`: the image's bash if it has one, else sh, as a login
+    /// shell.
+    pub fn shell(image: &str) -> Self {
+        RunRequest {
+            image: image.to_string(),
+            entrypoint: Some("/bin/sh".to_string()),
+            args: vec![
+                "-c".to_string(),
+                "if [ -x /bin/bash ]; then exec /bin/bash -l; else exec /bin/sh -l; fi".to_string(),
+            ],
+            ..RunRequest::default()
+        }
+    }
+}

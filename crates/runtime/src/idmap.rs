@@ -1,0 +1,310 @@
+//! Who the caller is inside: the id mode, the user namespaces that make
+//! it so, and their id maps (the caller alone, or with the subordinate
+//! range of /etc/subuid and /etc/subgid through newuidmap/newgidmap).
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use rustix::thread::UnshareFlags;
+
+use crate::error::{Error, Result};
+use crate::sys::{self, idmaps, Kernel};
+
+/// How container user ids map to the caller's.
+///
+/// The keeper's user namespace always maps the caller to root (0 -> U):
+/// setting up the container needs root's powers over the image's
+/// root-owned directories (creating mount points in them), which a user
+/// namespace grants only for mapped owners. An `Identity` container then
+/// enters a nested user namespace that maps the caller back to themself
+/// (U -> 0 -> U) just before `exec`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IdMode {
+    /// The caller is themself inside.
+    Identity,
+    /// The caller is root inside (uid 0 maps to U), one id only.
+    FakeRoot,
+    /// The caller is real root: no user namespace.
+    #[serde(rename = "root")]
+    HostRoot,
+}
+
+impl IdMode {
+    /// The mode's name (`identity`, `fakeroot`, `root`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IdMode::Identity => "identity",
+            IdMode::FakeRoot => "fakeroot",
+            IdMode::HostRoot => "root",
+        }
+    }
+
+    /// The mode named `s` ([`IdMode::as_str`]).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "identity" => Some(IdMode::Identity),
+            "fakeroot" => Some(IdMode::FakeRoot),
+            "root" => Some(IdMode::HostRoot),
+            _ => None,
+        }
+    }
+
+    /// Whether the mode has user namespaces (all but real root).
+    pub fn has_user_namespace(self) -> bool {
+        self != IdMode::HostRoot
+    }
+}
+
+/// Enters a new user namespace (unless `HostRoot`), mapping the caller to
+/// root, and a new mount namespace. Returns the (uid, gid) seen inside.
+pub fn enter_namespaces(k: &dyn Kernel, mode: IdMode) -> Result<(u32, u32)> {
+    let uid = rustix::process::getuid().as_raw();
+    let gid = rustix::process::getgid().as_raw();
+    if mode == IdMode::HostRoot {
+        k.unshare(UnshareFlags::NEWNS)
+            .map_err(|e| Error::sys("unshare the mount namespace", None, e))?;
+        // Mounts made here must not propagate back to the host.
+        sys::make_rslave(k).map_err(|e| Error::sys("make / a slave mount", None, e))?;
+        return Ok((uid, gid));
+    }
+    // With a subordinate id range (/etc/subuid, /etc/subgid) the setuid
+    // helpers newuidmap/newgidmap map the caller to root and the range to
+    // 1..N, so image files of other owners keep their owners (apt-get and
+    // dpkg can chown under --fakeroot --writable). They run from outside
+    // the namespace, once it exists.
+    let helper = subid_ranges(uid, gid).and_then(|(u, g)| MapHelper::spawn(uid, gid, u, g));
+    k.unshare(UnshareFlags::NEWUSER | UnshareFlags::NEWNS).map_err(|e| {
+        Error::Namespace(format!(
+            "cannot create a user namespace ({e}); unprivileged user namespaces may be disabled: \
+             ask your admin to set kernel.unprivileged_userns_clone=1 / user.max_user_namespaces > 0"
+        ))
+    })?;
+    if let Some(helper) = helper {
+        match helper.finish() {
+            Ok(()) => return Ok((0, 0)),
+            Err(e) => tracing::warn!("newuidmap/newgidmap failed ({e}); mapping your ids only"),
+        }
+    }
+    idmaps::write_id_maps(&format!("0 {uid} 1"), &format!("0 {gid} 1"))
+        .map_err(|e| Error::Namespace(format!("cannot write the id maps: {e}")))?;
+    Ok((0, 0))
+}
+
+/// Leaves root of the keeper's user namespace for `uid`/`gid`: a nested
+/// user namespace mapping them to the outer root (which is the caller on
+/// the host). Capabilities go with it at `exec`.
+pub fn become_caller(k: &dyn Kernel, uid: u32, gid: u32) -> Result<()> {
+    k.unshare(UnshareFlags::NEWUSER)
+        .map_err(|e| Error::sys("create the nested user namespace", None, e))?;
+    idmaps::write_id_maps(&format!("{uid} 0 1"), &format!("{gid} 0 1"))
+        .map_err(|e| Error::Namespace(format!("cannot write the nested id maps: {e}")))
+}
+
+/// The first `NAME:START:COUNT` line of a subuid/subgid file for `owner`
+/// (a name) or `id`, with a non-zero count.
+fn find_range(text: &str, owner: Option<&str>, id: u32) -> Option<(u32, u32)> {
+    text.lines().find_map(|l| {
+        let f: Vec<&str> = l.trim().split(':').collect();
+        let [who, start, count] = f.as_slice() else {
+            return None;
+        };
+        let mine = owner == Some(*who) || *who == id.to_string();
+        let (start, count): (u32, u32) = (start.parse().ok()?, count.parse().ok()?);
+        (mine && count > 0).then_some((start, count))
+    })
+}
+
+/// The caller's subordinate uid and gid ranges `(start, count)`, when both
+/// files grant one and the helpers exist.
+fn subid_ranges(uid: u32, gid: u32) -> Option<((u32, u32), (u32, u32))> {
+    if std::env::var_os("BERTH_NO_SUBIDS").is_some() {
+        return None;
+    }
+    let name = sys::getpwuid(uid).map(|p| p.name);
+    let read = |f: &str| std::fs::read_to_string(f).ok();
+    let u = find_range(&read("/etc/subuid")?, name.as_deref(), uid)?;
+    // subgid entries are keyed by user name (or uid), like subuid.
+    let subgid = read("/etc/subgid")?;
+    let g = find_range(&subgid, name.as_deref(), uid).or_else(|| find_range(&subgid, None, gid))?;
+    let on_path = |b: &str| {
+        std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).any(|d| d.join(b).is_file()))
+            .unwrap_or(false)
+            || Path::new("/usr/bin").join(b).is_file()
+    };
+    (on_path("newuidmap") && on_path("newgidmap")).then_some((u, g))
+}
+
+/// A shell that waits for a line on stdin, then maps the caller's
+/// namespace with newuidmap and newgidmap.
+struct MapHelper(std::process::Child);
+
+impl MapHelper {
+    fn spawn(uid: u32, gid: u32, u: (u32, u32), g: (u32, u32)) -> Option<Self> {
+        let pid = std::process::id();
+        let script = format!(
+            "read go || exit 1; newuidmap {pid} 0 {uid} 1 1 {} {} && newgidmap {pid} 0 {gid} 1 1 {} {}",
+            u.0, u.1, g.0, g.1
+        );
+        Command::new("/bin/sh")
+            .arg("-c")
+            .arg(script)
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .ok()
+            .map(MapHelper)
+    }
+
+    /// Lets the helper map (the namespace exists now) and waits for it.
+    fn finish(mut self) -> std::result::Result<(), String> {
+        if let Some(mut stdin) = self.0.stdin.take() {
+            stdin.write_all(b"go\n").map_err(|e| e.to_string())?;
+        }
+        let out = self.0.wait_with_output().map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+        }
+    }
+}
+
+/// The id maps of the user namespace nested in a keeper's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NestedMaps {
+    /// `uid_map` text.
+    pub uid_map: String,
+    /// `gid_map` text.
+    pub gid_map: String,
+    /// `setgroups` is denied (identity mode: one id only, as the kernel
+    /// requires of a map written without `CAP_SETGID` above it).
+    pub deny_setgroups: bool,
+}
+
+impl NestedMaps {
+    /// Identity mode: the caller's host ids `(uid, gid)` map to the
+    /// keeper's root (which is the caller outside).
+    pub fn caller((uid, gid): (u32, u32)) -> Self {
+        NestedMaps {
+            uid_map: format!("{uid} 0 1"),
+            gid_map: format!("{gid} 0 1"),
+            deny_setgroups: true,
+        }
+    }
+
+    /// Fakeroot mode: every id of the keeper's namespace (root, and the
+    /// subordinate range when there is one) maps to itself, so the
+    /// container is root over the same files, but in a namespace of its
+    /// own, with no capability in the keeper's.
+    pub fn same_as_keeper() -> Self {
+        let read = |f: &str| std::fs::read_to_string(f).unwrap_or_default();
+        NestedMaps {
+            uid_map: same_ids(&read("/proc/self/uid_map")),
+            gid_map: same_ids(&read("/proc/self/gid_map")),
+            deny_setgroups: false,
+        }
+    }
+}
+
+/// A map that maps every id inside `map` (a `uid_map` text) to itself.
+fn same_ids(map: &str) -> String {
+    let lines: Vec<String> = map
+        .lines()
+        .filter_map(
+            |l| match l.split_whitespace().collect::<Vec<_>>().as_slice() {
+                [inside, _outside, count] => Some(format!("{inside} {inside} {count}")),
+                _ => None,
+            },
+        )
+        .collect();
+    if lines.is_empty() {
+        "0 0 1".to_string()
+    } else {
+        lines.join("\n")
+    }
+}
+
+/// The highest id mapped in both this user namespace's uid and gid maps,
+/// when they map more than root (a subordinate range); `None` in the
+/// initial namespace or with a single-id map.
+pub fn spare_id() -> Option<u32> {
+    let read = |f: &str| std::fs::read_to_string(f).ok();
+    Some(top_id(&read("/proc/self/uid_map")?)?.min(top_id(&read("/proc/self/gid_map")?)?))
+}
+
+/// The highest id inside a map, if above 0 and the map is not the
+/// initial namespace's whole range.
+fn top_id(map: &str) -> Option<u32> {
+    let mut top = None;
+    for line in map.lines() {
+        let f: Vec<u64> = line
+            .split_whitespace()
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        let [inside, _, count] = f.as_slice() else {
+            return None;
+        };
+        if *count >= u64::from(u32::MAX) {
+            return None;
+        }
+        top = top.max(Some(inside + count - 1));
+    }
+    top.and_then(|t| u32::try_from(t).ok()).filter(|t| *t > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::fake::{Call, Recording};
+
+    #[test]
+    fn subordinate_ranges_by_name_or_id() {
+        let file = "alice:100000:65536\n  1001:300000:65536\nbob:200000:0\n";
+        assert_eq!(find_range(file, Some("alice"), 1000), Some((100000, 65536)));
+        assert_eq!(find_range(file, Some("carol"), 1001), Some((300000, 65536)));
+        // A zero count grants nothing.
+        assert_eq!(find_range(file, Some("bob"), 1002), None);
+    }
+
+    #[test]
+    fn fakeroot_nested_maps_are_the_keepers_ids_to_themselves() {
+        assert_eq!(
+            same_ids("         0       1000          1\n         1     200000      65536\n"),
+            "0 0 1\n1 1 65536"
+        );
+        assert_eq!(same_ids(""), "0 0 1");
+    }
+
+    #[test]
+    fn the_spare_id_is_the_top_of_a_subordinate_range() {
+        assert_eq!(top_id("0 1000 1\n1 200000 65536\n"), Some(65536));
+        assert_eq!(top_id("0 1000 1\n"), None);
+        assert_eq!(top_id("0 0 4294967295\n"), None);
+    }
+
+    #[test]
+    fn real_root_gets_a_private_mount_namespace_only() {
+        let k = Recording::new();
+        enter_namespaces(&k, IdMode::HostRoot).unwrap();
+        let calls = k.calls();
+        assert_eq!(calls[0], Call::Unshare(UnshareFlags::NEWNS));
+        assert!(
+            matches!(&calls[1], Call::Mount { flags, .. } if *flags == libc::MS_REC | libc::MS_SLAVE)
+        );
+    }
+
+    #[test]
+    fn a_refused_user_namespace_says_what_to_ask_for() {
+        let k = Recording::new();
+        k.fail("Unshare", sys::Errno::PERM);
+        let err = enter_namespaces(&k, IdMode::Identity)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("user.max_user_namespaces"), "{err}");
+    }
+}

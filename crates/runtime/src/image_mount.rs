@@ -1,0 +1,131 @@
+//! Mounting an image's squashfs file read-only: through FUSE
+//! (`squashfuse_ll` serving a connection berth mounted) in a user
+//! namespace, or the kernel's squashfs driver on a loop device for real
+//! root. The file goes by descriptor: on a parallel filesystem every path
+//! walk costs metadata requests, and the file is already open.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::error::{Error, Result};
+use crate::sys::{self, Kernel, MountFlags};
+
+/// The flags of every image mount.
+const IMAGE_FLAGS: MountFlags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
+
+/// The FUSE mount options for connection `fd`, owned by `uid`/`gid` of the
+/// current namespace.
+pub fn fuse_options(fd: i32, uid: u32, gid: u32) -> String {
+    format!("fd={fd},rootmode=40000,user_id={uid},group_id={gid},allow_other")
+}
+
+/// Mounts the squashfs `image_file` read-only on `target` through FUSE,
+/// for the namespace's `uid`/`gid`; returns the server. Needs
+/// `CAP_SYS_ADMIN` in the current user namespace (the keeper's, or a build
+/// worker's).
+pub fn mount_fuse(
+    k: &dyn Kernel,
+    image_file: &File,
+    target: &Path,
+    uid: u32,
+    gid: u32,
+) -> Result<std::process::Child> {
+    let fuse = File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .map_err(|e| {
+            let hint = match e.kind() {
+                std::io::ErrorKind::PermissionDenied => {
+                    "; /dev/fuse must be mode 0666 (as distributions ship it): ask your admin"
+                }
+                std::io::ErrorKind::NotFound => "; load the fuse kernel module (modprobe fuse)",
+                _ => "",
+            };
+            Error::Mount(format!("cannot open /dev/fuse: {e}{hint}"))
+        })?;
+    let opts = fuse_options(fuse.as_raw_fd(), uid, gid);
+    k.mount(
+        Some(Path::new("berth-squashfs")),
+        target,
+        Some("fuse.squashfuse_ll"),
+        IMAGE_FLAGS,
+        Some(&opts),
+    )
+    .map_err(|e| Error::sys("mount the image (FUSE) on", Some(target.into()), e))?;
+    // squashfuse_ll takes the already mounted connection as /dev/fd/N, and
+    // the image as another.
+    for f in [&fuse, image_file] {
+        rustix::io::fcntl_setfd(f, rustix::io::FdFlags::empty())
+            .map_err(|e| Error::sys("hand on a descriptor to the squashfs server", None, e))?;
+    }
+    let mut cmd = Command::new(squashfuse_path());
+    // If the keeper dies, however, the server must go too: it lives in the
+    // keeper's mount namespace and would otherwise keep it (and itself) alive.
+    sys::process::kill_with_parent(&mut cmd, rustix::process::Signal::TERM);
+    sys::process::exec_without_root_powers(&mut cmd);
+    // With a subordinate id range, the server runs as an id of its own:
+    // the user's containers (the user's id) can then neither trace it nor
+    // signal it.
+    if let Some(id) = crate::idmap::spare_id() {
+        use std::os::unix::process::CommandExt;
+        cmd.uid(id).gid(id);
+    }
+    let child = cmd
+        .arg("-f")
+        .arg(format!("/dev/fd/{}", image_file.as_raw_fd()))
+        .arg(format!("/dev/fd/{}", fuse.as_raw_fd()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .map_err(|e| {
+            Error::Mount(format!(
+                "cannot start {} ({e}): install squashfuse (Debian/Ubuntu: apt-get install squashfuse), or set BERTH_SQUASHFUSE",
+                squashfuse_path().display()
+            ))
+        });
+    // Never into anything else berth starts.
+    let _ = rustix::io::fcntl_setfd(image_file, rustix::io::FdFlags::CLOEXEC);
+    // Our copy of the connection goes, so a dead server aborts it instead
+    // of hanging every request.
+    drop(fuse);
+    child
+}
+
+/// The squashfs server: `BERTH_SQUASHFUSE`, else `squashfuse_ll` on PATH.
+fn squashfuse_path() -> PathBuf {
+    std::env::var_os("BERTH_SQUASHFUSE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("squashfuse_ll"))
+}
+
+/// Real root: the kernel's squashfs driver mounts the open image through a
+/// loop device configured from its descriptor. No path is walked again and
+/// no program is looked up, so neither the caller's cwd (a planted `fd:3`)
+/// nor its `PATH` chooses what is mounted.
+pub fn mount_kernel_squashfs(k: &dyn Kernel, image: &File, target: &Path) -> Result<()> {
+    let (dev, _attached) = sys::loopdev::attach_loop_readonly(image)
+        .map_err(|e| Error::Mount(format!("cannot attach the image to a loop device: {e}")))?;
+    k.mount(Some(&dev), target, Some("squashfs"), IMAGE_FLAGS, None)
+        .map_err(|e| {
+            Error::Mount(format!(
+                "mounting the image from {} failed: {e}",
+                dev.display()
+            ))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fuse_options_name_the_connection_and_its_owner() {
+        assert_eq!(
+            fuse_options(7, 0, 0),
+            "fd=7,rootmode=40000,user_id=0,group_id=0,allow_other"
+        );
+    }
+}

@@ -1,0 +1,259 @@
+//! The keeper process, `berth __keeper DIR IMAGE MODE IDLE_SECS`: enters
+//! its namespaces (and executes itself again inside them, so its memory
+//! belongs to its user namespace), mounts the image, starts its helpers,
+//! prints `ready PID` and serves until no run has used it for `IDLE_SECS`.
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::idmap::{self, IdMode, NestedMaps};
+use crate::node::{self, LeaseFiles, Served};
+use crate::state;
+use crate::sys::{self, Kernel, LINUX};
+use crate::{image_mount, process};
+
+use super::{helpers, DECIDE_LOCK};
+
+/// How often an idle keeper looks for runs (and for its server).
+const POLL: Duration = Duration::from_millis(250);
+
+/// The keeper's arguments.
+#[derive(Debug, PartialEq, Eq)]
+struct Args<'a> {
+    dir: PathBuf,
+    /// A path, or `fd:N` for a descriptor the starting run handed down.
+    image: &'a str,
+    mode: IdMode,
+    idle: Duration,
+    /// After the re-exec inside the namespaces: the ids inside and the
+    /// caller's ids outside.
+    in_ns: Option<((u32, u32), (u32, u32))>,
+}
+
+fn parse(args: &[String]) -> Result<Args<'_>> {
+    let (args, in_ns) = match args {
+        [a @ .., flag, uid, gid, huid, hgid] if flag == "--in-ns" => {
+            let n = |s: &String| s.parse::<u32>().ok();
+            match (n(uid), n(gid), n(huid), n(hgid)) {
+                (Some(u), Some(g), Some(hu), Some(hg)) => (a, Some(((u, g), (hu, hg)))),
+                _ => return Err(Error::Setup("bad --in-ns ids".into())),
+            }
+        }
+        _ => (args, None),
+    };
+    let [dir, image, mode, idle] = args else {
+        return Err(Error::Setup(
+            "usage: berth __keeper DIR IMAGE MODE IDLE".into(),
+        ));
+    };
+    Ok(Args {
+        dir: PathBuf::from(dir),
+        image,
+        mode: IdMode::parse(mode).ok_or_else(|| Error::Setup(format!("bad mode {mode}")))?,
+        idle: Duration::from_secs(idle.parse().unwrap_or(30)),
+        in_ns,
+    })
+}
+
+/// The keeper process. Prints `ready PID` on stdout once the image is
+/// mounted, then serves until idle; the exit code.
+pub fn keeper_main(args: &[String]) -> i32 {
+    match run(&LINUX, args) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("berth: error: {e}");
+            1
+        }
+    }
+}
+
+fn run(k: &dyn Kernel, raw: &[String]) -> Result<()> {
+    let args = parse(raw)?;
+    node::adopt_state_dir(&args.dir);
+    // Leave the caller's session: a Ctrl-C or hang-up of the terminal that
+    // started the first run must not take the mount from later runs.
+    let _ = rustix::process::setsid();
+    let image_file = open_image(args.image)?;
+    let (uid, gid, host_ids) = match args.in_ns {
+        Some((inside, outside)) => {
+            // The keeper's memory now belongs to its user namespace: not
+            // dumpable, it cannot be traced or opened through /proc by
+            // identity-mode containers (no capabilities in this namespace),
+            // while runs (outside, its owners) still open its namespaces.
+            // Its forked helpers inherit that.
+            process::not_dumpable();
+            (inside.0, inside.1, outside)
+        }
+        None => {
+            let host_ids = (
+                rustix::process::getuid().as_raw(),
+                rustix::process::getgid().as_raw(),
+            );
+            let (uid, gid) = idmap::enter_namespaces(k, args.mode)?;
+            if args.mode != IdMode::HostRoot {
+                reexec_in_namespaces(raw, &image_file, (uid, gid), host_ids);
+            }
+            (uid, gid, host_ids)
+        }
+    };
+    let mnt = args.dir.join("mnt");
+    k.mount(
+        Some(Path::new("berth")),
+        &mnt,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some("mode=0700"),
+    )
+    .map_err(|e| Error::sys("mount a tmpfs on", Some(mnt.clone()), e))?;
+    let image_dir = mnt.join("image");
+    for d in ["image", "stage"] {
+        fs::create_dir(mnt.join(d)).map_err(|e| Error::io("create", mnt.join(d), e))?;
+    }
+    let mut server = match args.mode {
+        IdMode::HostRoot => {
+            image_mount::mount_kernel_squashfs(k, &image_file, &image_dir)?;
+            None
+        }
+        _ => Some(image_mount::mount_fuse(
+            k,
+            &image_file,
+            &image_dir,
+            uid,
+            gid,
+        )?),
+    };
+    drop(image_file);
+    // The first request blocks until the server answers (or fails at once
+    // if it died): the mount is usable when this returns.
+    fs::metadata(image_dir.join("."))
+        .map_err(|e| Error::Mount(format!("the squashfs server did not come up: {e}")))?;
+    let hidden = node::state_dir().ok();
+    let prepared = helpers::start_prepared_root(k, &args.dir, hidden.as_deref());
+    let identity = match args.mode {
+        IdMode::Identity => helpers::start_identity_ns(k, &args.dir, &NestedMaps::caller(host_ids)),
+        IdMode::FakeRoot => helpers::start_identity_ns(k, &args.dir, &NestedMaps::same_as_keeper()),
+        IdMode::HostRoot => None,
+    };
+    let files = LeaseFiles::open(&args.dir, DECIDE_LOCK)?;
+    let pid = std::process::id();
+    state::write(&args.dir.join("pid"), format!("{pid}\n").as_bytes())
+        .map_err(|e| Error::io("write", args.dir.join("pid"), e))?;
+    say_ready(pid);
+    // Idle (left under both locks) or the server is gone: either way,
+    // leave.
+    let _: Served = node::serve_until_idle(&files, args.idle, POLL, || match server.as_mut() {
+        Some(s) => match s.try_wait() {
+            Ok(Some(status)) => {
+                eprintln!("berth: squashfuse_ll exited ({status})");
+                false
+            }
+            _ => true,
+        },
+        None => true,
+    });
+    // No run finds this keeper from now on; one that comes meanwhile waits
+    // on the decision lock (held until `files` goes) until the helpers and
+    // the server are gone, so a keeper never runs beside its successor.
+    let _ = fs::remove_file(args.dir.join("pid"));
+    drop(prepared);
+    drop(identity);
+    if let Some(mut s) = server {
+        sys::kill(s.id() as i32, libc::SIGTERM);
+        let _ = s.wait();
+    }
+    drop(files);
+    Ok(())
+}
+
+/// The image: the descriptor the starting run handed down (`fd:N`) or an
+/// absolute path. Nothing else the starting run inherited stays open.
+fn open_image(image: &str) -> Result<File> {
+    let image_fd: Option<i32> = image.strip_prefix("fd:").and_then(|n| n.parse().ok());
+    sys::close_inherited(image_fd.as_slice());
+    match image_fd {
+        Some(fd) => {
+            sys::take_inherited_fd(fd).ok_or_else(|| Error::Setup(format!("no descriptor {fd}")))
+        }
+        None if Path::new(image).is_relative() => Err(Error::Setup(format!(
+            "the image path {image} is relative; the keeper takes an absolute path or fd:N"
+        ))),
+        None => File::open(image).map_err(|e| Error::io("open the image", image, e)),
+    }
+}
+
+/// Tells the starting run `ready PID`, then lets its read finish: stdout
+/// goes nowhere from now on.
+fn say_ready(pid: u32) {
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "ready {pid}");
+        let _ = out.flush();
+    }
+    if let Ok(null) = File::options().write(true).open("/dev/null") {
+        let _ = rustix::stdio::dup2_stdout(null.as_fd());
+    }
+}
+
+/// Re-executes the keeper inside the namespaces it just entered, with the
+/// image descriptor, stdout (the starter reads `ready PID` from it) and
+/// stderr (its log). Returns only if the exec failed: the keeper then goes
+/// on as it is.
+fn reexec_in_namespaces(
+    args: &[String],
+    image_file: &File,
+    inside: (u32, u32),
+    outside: (u32, u32),
+) {
+    use std::os::unix::process::CommandExt;
+    let _ = rustix::io::fcntl_setfd(image_file, rustix::io::FdFlags::empty());
+    let mut a: Vec<String> = args.to_vec();
+    if let Some(image) = a.get_mut(1) {
+        *image = format!("fd:{}", image_file.as_raw_fd());
+    }
+    a.extend([
+        "--in-ns".to_string(),
+        inside.0.to_string(),
+        inside.1.to_string(),
+        outside.0.to_string(),
+        outside.1.to_string(),
+    ]);
+    let err = Command::new("/proc/self/exe")
+        .arg0("berth")
+        .arg("__keeper")
+        .args(&a)
+        .exec();
+    eprintln!("berth: warning: the keeper could not re-execute itself in its namespaces ({err}); it stays traceable");
+    let _ = rustix::io::fcntl_setfd(image_file, rustix::io::FdFlags::CLOEXEC);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn arguments_before_and_after_the_reexec() {
+        let first = strings(&["/run/berth/keepers/ab-user", "fd:5", "identity", "30"]);
+        let a = parse(&first).unwrap();
+        assert_eq!(
+            (a.image, a.mode, a.idle, a.in_ns),
+            ("fd:5", IdMode::Identity, Duration::from_secs(30), None)
+        );
+        let again = strings(&[
+            "/d", "fd:5", "fakeroot", "7", "--in-ns", "0", "0", "1000", "100",
+        ]);
+        let a = parse(&again).unwrap();
+        assert_eq!(a.in_ns, Some(((0, 0), (1000, 100))));
+        assert_eq!(a.mode, IdMode::FakeRoot);
+        assert!(parse(&strings(&["/d", "x", "nobody", "7"])).is_err());
+        assert!(parse(&strings(&["/d"])).is_err());
+    }
+}

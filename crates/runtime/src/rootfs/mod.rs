@@ -1,0 +1,332 @@
+//! Assembling a root file system inside its own mount namespace, for a
+//! container or for a build's RUN step ([`Profile`]), then `pivot_root`.
+//!
+//! A container's root is an overlay whose lower layer is the keeper's
+//! read-only image mount and whose upper layer is a tmpfs (discarded with
+//! the container), then /proc, /sys (read-only all the way down), a
+//! minimal /dev, identity files and binds. Without `--writable` the
+//! overlay is remounted read-only once the mount points exist: the upper
+//! layer only exists so that bind targets missing from the image can be
+//! created (shifter#231). Read-only remounts come last.
+//!
+//! A build step's root is the stage's own writable directory, with a fresh
+//! /proc, /sys read-only, a minimal /dev with its own /dev/shm, and the
+//! host's resolv.conf and hosts where the stage has mount points for them.
+//!
+//! Every mount target is resolved inside the root with
+//! [`Kernel::open_in_root`] and mounted through `/proc/self/fd/N`, so a
+//! symlink in the image cannot redirect a mount onto the host (the runc
+//! CVE-2021-30465 family). All kernel calls go through the [`Kernel`]
+//! passed in: `tests.rs` checks the sequence with the recording fake.
+
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::sys::{self, fd_path, Kernel};
+
+mod confine;
+mod dev;
+mod identity;
+mod mounts;
+#[cfg(test)]
+mod tests;
+
+pub use identity::IDENTITY_FILE_MAX;
+pub use mounts::{resolve_target, submounts, TargetKind};
+
+use mounts::{bind, exists_in_root, hide_dir, user_binds, BindHow};
+
+/// One bind mount.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Bind {
+    /// Host path.
+    pub source: PathBuf,
+    /// Path inside the container.
+    pub target: String,
+    /// Read-only.
+    pub readonly: bool,
+    /// How the user wrote it, for messages.
+    pub spec: String,
+    /// A device node: bound as it is, without `nodev` (the bind of an
+    /// injected GPU or network device).
+    #[serde(default)]
+    pub device: bool,
+}
+
+/// What the root is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// A container: the host's /dev/shm, identity files, binds, the
+    /// runtime directory hidden, /dev read-only once populated.
+    Container,
+    /// A build's RUN step: a private /dev/shm, the host's resolv.conf and
+    /// hosts, no identity files or binds, everything writable but /sys.
+    BuildStep,
+}
+
+/// What the root is made of.
+#[derive(Debug, Clone, Copy)]
+pub enum Layers<'a> {
+    /// An overlay: `image` (read-only) below a tmpfs mounted on `stage`,
+    /// whose `root/` becomes the root.
+    Overlay {
+        /// The keeper's image mount.
+        image: &'a Path,
+        /// An empty directory to mount the run's tmpfs on.
+        stage: &'a Path,
+        /// Keep the overlay writable.
+        writable: bool,
+    },
+    /// An existing directory (a build stage's root), bound onto itself.
+    Directory(&'a Path),
+}
+
+/// What the root file system needs.
+#[derive(Debug, Clone, Copy)]
+pub struct RootfsPlan<'a> {
+    /// Container or build step.
+    pub profile: Profile,
+    /// What the root is made of.
+    pub layers: Layers<'a>,
+    /// Mount a fresh /proc (the run has its own PID namespace).
+    pub fresh_proc: bool,
+    /// Binds in mount order.
+    pub binds: &'a [Bind],
+    /// `/etc/passwd` line for the user, if the image lacks one.
+    pub passwd_line: Option<&'a str>,
+    /// `/etc/group` line for the user's group, if the image lacks one.
+    pub group_line: Option<&'a str>,
+    /// The working directory to create if missing.
+    pub workdir: &'a str,
+    /// A container of real root: /proc's dangerous files masked or
+    /// read-only (runc's lists) and a private /tmp instead of the host's.
+    pub confined: bool,
+    /// A directory to hide wherever a bind shows it (berth's runtime
+    /// directory, canonical).
+    pub hidden: Option<&'a Path>,
+}
+
+/// Builds the root file system and pivots into it. Runs in the container's
+/// (or step's) fresh mount namespace.
+pub fn assemble(k: &dyn Kernel, plan: &RootfsPlan<'_>) -> Result<()> {
+    let root = prepare(k, plan)?;
+    pivot(k, &root)
+}
+
+/// Builds the root file system (without entering it) and returns its
+/// path. Also used for a keeper's prepared root, which runs copy with
+/// their mount namespace and then [`extend_and_pivot`].
+pub fn prepare(k: &dyn Kernel, plan: &RootfsPlan<'_>) -> Result<PathBuf> {
+    // Nothing mounted from here on may propagate to the keeper or the host.
+    sys::make_rslave(k).map_err(|e| Error::sys("make / a slave mount", None, e))?;
+    let (root, image) = base(k, plan.layers)?;
+    let root_fd: OwnedFd = std::fs::File::open(&root)
+        .map_err(|e| Error::io("open", &root, e))?
+        .into();
+
+    // /proc and /sys.
+    if plan.fresh_proc || plan.profile == Profile::BuildStep {
+        let proc_t = resolve_target(k, &root_fd, "/proc", TargetKind::Dir)?;
+        k.mount(
+            Some(Path::new("proc")),
+            &fd_path(&proc_t),
+            Some("proc"),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            None,
+        )
+        .map_err(|e| Error::sys("mount proc on", Some("/proc".into()), e))?;
+    } else {
+        bind(
+            k,
+            Path::new("/proc"),
+            &root_fd,
+            "/proc",
+            BindHow::dir(false),
+        )?;
+    }
+    bind(k, Path::new("/sys"), &root_fd, "/sys", BindHow::dir(true))?;
+    if plan.confined {
+        confine::confine(k, &root_fd)?;
+    }
+    let dev = dev::populate(k, &root_fd, plan.profile)?;
+
+    // Identity and name resolution.
+    let mut etc_files: Vec<(&str, PathBuf)> = Vec::new();
+    if let (Profile::Container, Some((image, stage))) = (plan.profile, image) {
+        for (name, line) in [("passwd", plan.passwd_line), ("group", plan.group_line)] {
+            if let Some(file) = identity::write_file(k, image, name, line, stage)? {
+                etc_files.push((
+                    if name == "passwd" {
+                        "/etc/passwd"
+                    } else {
+                        "/etc/group"
+                    },
+                    file,
+                ));
+            }
+        }
+    }
+    for host in ["/etc/resolv.conf", "/etc/hosts"] {
+        let wanted = match plan.profile {
+            Profile::Container => Path::new(host).exists(),
+            // Only where the stage has a mount point (the worker makes one).
+            Profile::BuildStep => Path::new(host).is_file() && exists_in_root(k, &root_fd, host),
+        };
+        if wanted {
+            etc_files.push((host, PathBuf::from(host)));
+        }
+    }
+    for (target, source) in &etc_files {
+        bind(k, source, &root_fd, target, BindHow::file(true))?;
+    }
+
+    if plan.profile == Profile::Container {
+        // The working directory exists (Docker creates a missing WORKDIR).
+        if plan.workdir != "/" && !plan.binds.iter().any(|b| b.target == plan.workdir) {
+            let _ = resolve_target(k, &root_fd, plan.workdir, TargetKind::Dir);
+        }
+        // User binds, parents first.
+        user_binds(k, &root_fd, plan.binds)?;
+        if let Some(hidden) = plan.hidden {
+            hide_dir(k, &root_fd, plan.binds, hidden)?;
+        }
+        // /dev is read-only once populated (its own mount, even if a bind
+        // now covers it): runs of a keeper share the prepared root, and
+        // one container must not replace /dev/stdout or /dev/ptmx, drop
+        // files or fill the tmpfs for the next. Device nodes stay writable
+        // (a read-only mount refuses writes to files, not to devices);
+        // /dev/shm, /dev/pts and /dev/mqueue are mounts of their own.
+        k.mount(None, &fd_path(&dev), None, dev::DEV_READ_ONLY, None)
+            .map_err(|e| Error::sys("remount read-only", Some("/dev".into()), e))?;
+    }
+    if let Layers::Overlay {
+        writable: false, ..
+    } = plan.layers
+    {
+        k.mount(None, &root, None, ROOT_READ_ONLY, None)
+            .map_err(|e| Error::sys("remount read-only", Some(root.clone()), e))?;
+    }
+    Ok(root)
+}
+
+/// The remount that makes a container's root read-only.
+const ROOT_READ_ONLY: sys::MountFlags =
+    libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
+
+/// Mounts the root's base; the root's path and, for an overlay, the image
+/// and the stage.
+fn base<'a>(k: &dyn Kernel, layers: Layers<'a>) -> Result<(PathBuf, Option<(&'a Path, &'a Path)>)> {
+    match layers {
+        Layers::Directory(root) => {
+            // pivot_root needs a mount point.
+            k.mount(Some(root), root, None, libc::MS_BIND | libc::MS_REC, None)
+                .map_err(|e| Error::sys("bind the stage root on itself", Some(root.into()), e))?;
+            Ok((root.to_path_buf(), None))
+        }
+        Layers::Overlay { image, stage, .. } => {
+            k.mount(
+                Some(Path::new("berth")),
+                stage,
+                Some("tmpfs"),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                Some("mode=0755"),
+            )
+            .map_err(|e| Error::sys("mount a tmpfs on", Some(stage.into()), e))?;
+            for d in ["upper", "work", "root"] {
+                match std::fs::create_dir(stage.join(d)) {
+                    // The tmpfs is fresh; only a test's stage has them.
+                    Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                        return Err(Error::io("create", stage.join(d), e))
+                    }
+                    _ => {}
+                }
+            }
+            let root = stage.join("root");
+            let opts = format!(
+                "lowerdir={},upperdir={},workdir={}",
+                image.display(),
+                stage.join("upper").display(),
+                stage.join("work").display()
+            );
+            k.mount(
+                Some(Path::new("berth")),
+                &root,
+                Some("overlay"),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                Some(&opts),
+            )
+            .map_err(|e| Error::sys("mount the overlay on", Some(root.clone()), e))?;
+            Ok((root, Some((image, stage))))
+        }
+    }
+}
+
+/// For a run on a prepared root (a copy of the keeper's template mount
+/// namespace): adds the run's own binds and working directory, creating
+/// missing mount points in the (shared, memory-backed) upper layer, then
+/// pivots. The template's root mount is read-only; this copy's is made
+/// writable only while mount points are created.
+pub fn extend_and_pivot(
+    k: &dyn Kernel,
+    root: &Path,
+    binds: &[Bind],
+    workdir: &str,
+    hidden: Option<&Path>,
+) -> Result<()> {
+    let root_fd: OwnedFd = std::fs::File::open(root)
+        .map_err(|e| Error::io("open", root, e))?
+        .into();
+    let missing = |p: &str| p.trim_start_matches('/').is_empty() || !exists_in_root(k, &root_fd, p);
+    let need_write =
+        binds.iter().any(|b| missing(&b.target)) || (workdir != "/" && missing(workdir));
+    // A mount point to create under /dev needs the (read-only) /dev too.
+    let dev = binds
+        .iter()
+        .any(|b| b.target.starts_with("/dev/") && missing(&b.target))
+        .then(|| dev::read_only_dev(k, &root_fd))
+        .flatten();
+    let writable_root = ROOT_READ_ONLY & !libc::MS_RDONLY;
+    if need_write {
+        k.mount(None, root, None, writable_root, None)
+            .map_err(|e| Error::sys("remount writable", Some(root.into()), e))?;
+    }
+    if let Some(dev) = &dev {
+        k.mount(
+            None,
+            &fd_path(dev),
+            None,
+            dev::DEV_READ_ONLY & !libc::MS_RDONLY,
+            None,
+        )
+        .map_err(|e| Error::sys("remount writable", Some("/dev".into()), e))?;
+    }
+    if workdir != "/" && !binds.iter().any(|b| b.target == workdir) {
+        let _ = resolve_target(k, &root_fd, workdir, TargetKind::Dir);
+    }
+    user_binds(k, &root_fd, binds)?;
+    if let Some(hidden) = hidden {
+        hide_dir(k, &root_fd, binds, hidden)?;
+    }
+    if let Some(dev) = &dev {
+        k.mount(None, &fd_path(dev), None, dev::DEV_READ_ONLY, None)
+            .map_err(|e| Error::sys("remount read-only", Some("/dev".into()), e))?;
+    }
+    if need_write {
+        k.mount(None, root, None, ROOT_READ_ONLY, None)
+            .map_err(|e| Error::sys("remount read-only", Some(root.into()), e))?;
+    }
+    // Terminals of its own: the prepared root's devpts is every run's, and
+    // one container could open another's pty slaves (same uid, 0620).
+    if let Err(e) = dev::mount_devpts(k, &root_fd) {
+        tracing::warn!("{e}: this run shares the prepared root's terminals");
+    }
+    drop(root_fd);
+    pivot(k, root)
+}
+
+/// `pivot_root` into `root` and detach the old root.
+fn pivot(k: &dyn Kernel, root: &Path) -> Result<()> {
+    k.pivot_root(root)
+        .map_err(|e| Error::sys("pivot_root into", Some(root.into()), e))
+}

@@ -1,0 +1,205 @@
+//! Creating a shared container: a forked child builds it as a run's child
+//! does ([`container::build`]), then a fresh `berth __holder` (the
+//! container's anchor) joins its namespaces and takes over.
+//!
+//! Executed in the keeper's user namespace, the anchor's memory belongs
+//! to that namespace, so once it is not dumpable the container's
+//! processes (no capabilities there) can neither trace it nor open its
+//! `/proc` files, while the user's runs outside still join it.
+
+use std::fs::{self, File};
+use std::io::Read;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+
+use crate::container::{self, RunSpec};
+use crate::error::{Error, Result, EXIT_BERTH};
+use crate::idmap::IdMode;
+use crate::keeper::KeeperLease;
+use crate::node;
+use crate::process::Timing;
+use crate::sys::{self, Fork, Kernel, Namespace, LINUX};
+
+use super::{Placement, SharedInfo, DECIDE_LOCK};
+
+/// Builds the container and starts its anchor; returns its record, written
+/// to `info.json`. The caller holds the key's decision lock.
+pub(super) fn create(
+    spec: &RunSpec,
+    dir: &Path,
+    placement: &Placement,
+    fingerprint: String,
+    image_file: Option<&File>,
+) -> Result<SharedInfo> {
+    let key = &placement.key;
+    let leased = container::lease(spec, image_file)?;
+    let lease = leased.keeper();
+    let pipe = || rustix::pipe::pipe().map_err(|e| Error::Setup(format!("pipe: {e}")));
+    let (ready_read, ready_write) = pipe()?;
+    let (release_read, release_write) = pipe()?;
+    let sync = container::new_sync(spec)?;
+    let builder = match sys::fork().map_err(|e| Error::Setup(format!("fork: {e}")))? {
+        Fork::Child => {
+            drop(ready_read);
+            drop(release_write);
+            if let Err(e) = container::build(&LINUX, spec, lease, &mut Timing::off(), sync) {
+                eprintln!("berth: error: shared container {key}: {e}");
+                sys::exit_now(EXIT_BERTH);
+            }
+            // Built: say so, then wait until the creator lets go (the
+            // anchor has joined), and leave.
+            let _ = rustix::io::write(&ready_write, b"r");
+            drop(ready_write);
+            let mut byte = [0u8; 1];
+            let _ = rustix::io::read(&release_read, &mut byte);
+            sys::exit_now(0)
+        }
+        Fork::Parent(pid) => pid,
+    };
+    drop(ready_write);
+    drop(release_read);
+    if let Some(sync) = sync {
+        let bundles = node::state_dir()?.join("bundles");
+        if let Err(msg) = spec.hooks().before_start(&bundles, sync.parent_side()) {
+            sys::kill(builder, libc::SIGKILL);
+            let _ = sys::wait(builder, false);
+            return Err(Error::Setup(msg));
+        }
+    }
+    let anchor = if read_ready(ready_read) {
+        start_anchor(&LINUX, spec.identity.mode, dir, lease, builder, placement)
+    } else {
+        Err(Error::Setup(format!(
+            "shared container {key} could not be set up (the reason is above)"
+        )))
+    };
+    // The anchor has joined (or failed): the builder may go.
+    drop(release_write);
+    let _ = sys::wait(builder, false);
+    let pid = anchor?;
+    let start_time = node::proc_start(pid)
+        .map(|(t, _)| t)
+        .ok_or_else(|| Error::Setup(format!("shared container {key}: its anchor vanished")))?;
+    let info = SharedInfo {
+        key: key.clone(),
+        image: placement.image.clone(),
+        image_id: spec.image.id.clone(),
+        pid,
+        start_time,
+        keeper_pid: lease.pid,
+        mode: spec.identity.mode,
+        fingerprint,
+        created: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        workdir: spec.process.workdir.clone(),
+        env: spec.process.env.clone(),
+    };
+    let path = dir.join("info.json");
+    let json = serde_json::to_vec(&info).map_err(|e| Error::Setup(e.to_string()))?;
+    crate::state::write(&path, &json).map_err(|e| Error::io("write", &path, e))?;
+    // The anchor keeps its own share of the keeper (inherited descriptor).
+    drop(leased);
+    Ok(info)
+}
+
+/// True once the other end wrote its ready byte (false: it ended first).
+fn read_ready(pipe: OwnedFd) -> bool {
+    let mut byte = [0u8; 1];
+    File::from(pipe).read(&mut byte).unwrap_or(0) == 1
+}
+
+/// Starts `berth __holder` in the keeper's user namespace with the
+/// descriptors it keeps and the builder's namespaces to join; returns its
+/// pid once it is in the container.
+fn start_anchor(
+    k: &dyn Kernel,
+    mode: IdMode,
+    dir: &Path,
+    lease: &KeeperLease,
+    builder: i32,
+    placement: &Placement,
+) -> Result<i32> {
+    // Its own open file descriptions, so its locks are not its creator's.
+    let users = node::open_lock(&dir.join("users.lock"))?;
+    let key_lock = node::open_lock(&dir.join(DECIDE_LOCK))?;
+    let devnull = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map_err(|e| Error::io("open", "/dev/null", e))?;
+    let mntns = node::open_ns(builder, "mnt")?;
+    let userns = match mode {
+        IdMode::Identity | IdMode::FakeRoot => Some(node::open_ns(builder, "user")?),
+        IdMode::HostRoot => None,
+    };
+    let (ready_read, ready_write) =
+        rustix::pipe::pipe().map_err(|e| Error::Setup(format!("pipe: {e}")))?;
+    let share = lease.share.as_file();
+    let fd = |f: &dyn AsRawFd| f.as_raw_fd().to_string();
+    let args = [
+        fd(&users),
+        fd(&key_lock),
+        fd(&devnull),
+        fd(&ready_write),
+        fd(&mntns),
+        userns.as_ref().map_or("-".into(), |ns| fd(ns)),
+        fd(share),
+        placement.linger.as_millis().to_string(),
+    ];
+    let pid = match sys::fork().map_err(|e| Error::Setup(format!("fork: {e}")))? {
+        Fork::Child => {
+            drop(ready_read);
+            exec_anchor(
+                k,
+                lease,
+                &args,
+                &[&users, &key_lock, &devnull, &ready_write, &mntns, share],
+                userns.as_ref(),
+            )
+        }
+        Fork::Parent(pid) => pid,
+    };
+    drop(ready_write);
+    if read_ready(ready_read) {
+        Ok(pid)
+    } else {
+        let _ = sys::wait(pid, false);
+        Err(Error::Setup(
+            "the shared container's anchor could not start (the reason is above)".into(),
+        ))
+    }
+}
+
+/// In the forked child: joins the keeper's user namespace and executes
+/// `berth __holder ARGS` with the `handed` descriptors inherited.
+fn exec_anchor(
+    k: &dyn Kernel,
+    lease: &KeeperLease,
+    args: &[String],
+    handed: &[&dyn AsFd],
+    userns: Option<&OwnedFd>,
+) -> ! {
+    if let Some(ns) = &lease.userns {
+        if let Err(e) = k.setns(ns.as_fd(), Namespace::User) {
+            eprintln!("berth: error: anchor: join the keeper's user namespace: {e}");
+            sys::exit_now(EXIT_BERTH);
+        }
+    }
+    for f in handed
+        .iter()
+        .copied()
+        .chain(userns.map(|ns| ns as &dyn AsFd))
+    {
+        let _ = rustix::io::fcntl_setfd(f.as_fd(), rustix::io::FdFlags::empty());
+    }
+    let err = std::process::Command::new("/proc/self/exe")
+        .arg0("berth")
+        .arg("__holder")
+        .args(args)
+        .exec();
+    eprintln!("berth: error: cannot start the shared container's anchor: {err}");
+    sys::exit_now(EXIT_BERTH)
+}

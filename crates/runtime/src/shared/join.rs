@@ -1,0 +1,100 @@
+//! A task joining a live shared container: its namespaces are opened and
+//! checked against pinned processes, a forked child enters them and
+//! `exec`s the command, the parent forwards signals and reports the exit
+//! code.
+
+use std::os::fd::{AsFd, OwnedFd};
+
+use crate::container::Process;
+use crate::error::{Error, Result, EXIT_BERTH};
+use crate::idmap::IdMode;
+use crate::node::{self, Pinned, Share};
+use crate::process::{self, Timing};
+use crate::sys::{self, Fork, Kernel, Namespace, LINUX};
+
+use super::{anchor_alive, SharedInfo};
+
+/// The namespaces a task enters, in order.
+struct Entry {
+    /// The keeper's user namespace (the container's mount namespace
+    /// belongs to it, and joining one needs `CAP_SYS_ADMIN` there).
+    keeper_userns: Option<OwnedFd>,
+    /// The container's mount namespace.
+    mntns: OwnedFd,
+    /// The container's user namespace (nested in the keeper's).
+    inner_userns: Option<OwnedFd>,
+    mode: IdMode,
+}
+
+/// Joins the anchor's namespaces in a forked child and `exec`s `job`;
+/// the parent forwards signals and returns the exit code. `share` is the
+/// caller's share of the container, held until the command ends.
+pub(super) fn join(info: &SharedInfo, job: &Process, share: Share) -> Result<i32> {
+    let mode = info.mode;
+    // Pinned first: checked below, once their namespaces are open.
+    let anchor = Pinned::new(info.pid);
+    let keeper = Pinned::new(info.keeper_pid);
+    let entry = Entry {
+        keeper_userns: match mode {
+            IdMode::HostRoot => None,
+            IdMode::Identity | IdMode::FakeRoot => Some(node::open_ns(info.keeper_pid, "user")?),
+        },
+        mntns: node::open_ns(info.pid, "mnt")?,
+        inner_userns: match mode {
+            IdMode::Identity | IdMode::FakeRoot => Some(node::open_ns(info.pid, "user")?),
+            IdMode::HostRoot => None,
+        },
+        mode,
+    };
+    // The pid could have been recycled between reading the record and
+    // opening its namespaces: check it is still the anchor.
+    let runs = |p: &Option<Pinned>| p.as_ref().is_some_and(Pinned::still_runs);
+    if !anchor_alive(info) || !runs(&anchor) || !runs(&keeper) {
+        return Err(Error::Setup(format!(
+            "shared container {} ended while this task was joining it; start the task again",
+            info.key
+        )));
+    }
+    let set = process::block_watched()?;
+    match sys::fork().map_err(|e| Error::Setup(format!("fork: {e}")))? {
+        Fork::Child => {
+            let Err(e) = enter_and_exec(&LINUX, entry, job);
+            eprintln!("berth: error: {e}");
+            sys::exit_now(EXIT_BERTH)
+        }
+        Fork::Parent(pid) => {
+            process::not_dumpable();
+            let exit = process::supervise(pid, &set);
+            drop(share);
+            Ok(exit.as_code())
+        }
+    }
+}
+
+fn enter_and_exec(k: &dyn Kernel, entry: Entry, job: &Process) -> Result<std::convert::Infallible> {
+    if let Some(ns) = &entry.keeper_userns {
+        k.setns(ns.as_fd(), Namespace::User)
+            .map_err(|e| Error::sys("join the keeper's user namespace", None, e))?;
+    }
+    k.setns(entry.mntns.as_fd(), Namespace::Mount)
+        .map_err(|e| Error::sys("join the container's mount namespace", None, e))?;
+    if let Some(ns) = &entry.inner_userns {
+        k.setns(ns.as_fd(), Namespace::User)
+            .map_err(|e| Error::sys("join the container's user namespace", None, e))?;
+    }
+    if entry.mode == IdMode::HostRoot {
+        k.restrict_bounding_set(sys::ROOT_KEEPS)
+            .map_err(|e| Error::sys("drop capabilities", None, e))?;
+    }
+    std::env::set_current_dir(&job.workdir).map_err(|e| {
+        Error::Setup(format!(
+            "working directory {:?} is not in the shared container: {e} (tasks of one container share its binds; start them from the same directory)",
+            job.workdir
+        ))
+    })?;
+    k.set_no_new_privs()
+        .map_err(|e| Error::sys("set no_new_privs", None, e))?;
+    let program =
+        process::resolve_or_exit(&job.argv[0], &job.env, &job.workdir, job.argv0_fallback);
+    process::exec_command(&program, &job.argv, &job.env, &job.seccomp, Timing::off())
+}

@@ -1,0 +1,284 @@
+//! Per-node shared containers (`berth run --shared KEY`, the Slurm plugin's
+//! default mode, `berth exec`): the first task with a key builds the
+//! container ([`crate::container::build`]) and starts its *anchor*, a
+//! process that keeps that container's namespaces alive and does nothing
+//! else ([`anchor`]); every task with the same key, the first one
+//! included, joins the anchor's namespaces with `setns` and `exec`s its
+//! command ([`join`]). The tasks of a node then share one user namespace,
+//! one mount namespace and one page cache (MPI's shared memory and
+//! cross-memory attach work between them), and a join costs about a plain
+//! `exec`.
+//!
+//! Lifetime: [`crate::node`]'s lease protocol, as for keepers: each task
+//! holds a share of the container while it lives (a task that crashes
+//! drops its share with its descriptors and takes no one else down);
+//! tasks decide to join or create under the container's `lock`; the
+//! anchor leaves `linger` after the last task left, under that lock, so no
+//! task joins an anchor that is going.
+
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::container::{Process, RunSpec};
+use crate::error::{Error, Result};
+use crate::idmap::IdMode;
+use crate::node::{self, Deciding, Share};
+
+pub mod anchor;
+mod create;
+mod join;
+
+pub use anchor::anchor_main;
+
+/// The decision lock of a container's directory.
+const DECIDE_LOCK: &str = "lock";
+
+/// What a shared container records about itself (`info.json`), for the
+/// tasks that join it, `berth ps` and `berth exec`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SharedInfo {
+    /// The container's key (its name).
+    pub key: String,
+    /// The image as the creating task named it.
+    pub image: String,
+    /// The image id.
+    pub image_id: String,
+    /// The anchor's pid.
+    pub pid: i32,
+    /// The anchor's start time (clock ticks since boot, /proc/PID/stat),
+    /// so a recycled pid is never taken for the anchor.
+    pub start_time: u64,
+    /// The keeper whose user namespace the container's was made in.
+    pub keeper_pid: i32,
+    /// Id mapping.
+    pub mode: IdMode,
+    /// What decides the container's file system (image, binds, options):
+    /// a task asking for something else is refused rather than given a
+    /// container that differs from what it asked for.
+    pub fingerprint: String,
+    /// Seconds since the epoch at creation.
+    pub created: u64,
+    /// The creating task's working directory.
+    pub workdir: String,
+    /// The creating task's environment (`berth exec` starts from it).
+    pub env: Vec<(String, String)>,
+}
+
+/// A shared container that is alive, as `berth ps` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Listed {
+    /// What the container recorded.
+    #[serde(flatten)]
+    pub info: SharedInfo,
+    /// Processes in the container, the anchor not counted.
+    pub processes: usize,
+}
+
+/// Where a run goes: the shared container `key`, which stays `linger`
+/// after its last task; `image` is the image as the task named it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Placement {
+    /// The container's key.
+    pub key: String,
+    /// How long it stays without tasks.
+    #[serde(serialize_with = "seconds")]
+    pub linger: Duration,
+    /// The image as named.
+    pub image: String,
+}
+
+fn seconds<S: serde::Serializer>(d: &Duration, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_u64(d.as_secs())
+}
+
+/// Whether `key` can name a shared container: 1 to 128 of `A-Za-z0-9._-`,
+/// not starting with a dot or a dash.
+pub fn validate_key(key: &str) -> Result<()> {
+    let ok = !key.is_empty()
+        && key.len() <= 128
+        && !key.starts_with(['.', '-'])
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Usage(format!(
+            "container name {key:?}: use 1 to 128 letters, digits, '.', '_' or '-', not starting with '.' or '-'"
+        )))
+    }
+}
+
+fn containers_dir() -> Result<PathBuf> {
+    Ok(node::state_dir()?.join("containers"))
+}
+
+fn anchor_alive(info: &SharedInfo) -> bool {
+    node::proc_start(info.pid).is_some_and(|(t, zombie)| t == info.start_time && !zombie)
+}
+
+/// The container's record, if its anchor is alive.
+fn read_alive(dir: &Path) -> Option<SharedInfo> {
+    let text = crate::state::read(&dir.join("info.json")).ok()?;
+    let info: SharedInfo = serde_json::from_str(&text).ok()?;
+    anchor_alive(&info).then_some(info)
+}
+
+/// What of `spec` decides the container's file system.
+fn fingerprint(spec: &RunSpec) -> String {
+    serde_json::json!({
+        "image": spec.image.id,
+        "binds": spec.binds,
+        "writable": spec.writable,
+        "mode": spec.identity.mode.as_str(),
+        "net_none": spec.net_none,
+    })
+    .to_string()
+}
+
+/// A task placed in a live shared container, holding its share.
+pub struct Placed {
+    info: SharedInfo,
+    share: Share,
+    job: Process,
+}
+
+impl Placed {
+    /// Runs the task's command in the container; its exit code.
+    pub fn join(self) -> Result<i32> {
+        join::join(&self.info, &self.job, self.share)
+    }
+}
+
+/// Places `spec`'s command in the shared container `placement.key`,
+/// creating the container if no live one has that key (`image_file`: the
+/// image, already open, for a keeper started then). The task joins with
+/// [`Placed::join`].
+pub fn place(spec: &RunSpec, placement: &Placement, image_file: Option<&File>) -> Result<Placed> {
+    if spec.pid_ns {
+        return Err(Error::Usage(
+            "--pid cannot be combined with a shared container (its tasks join one container; they keep the host's PID namespace)".into(),
+        ));
+    }
+    let key = &placement.key;
+    validate_key(key)?;
+    let dir = containers_dir()?.join(key);
+    node::private_dir(&dir)?;
+    let wanted = fingerprint(spec);
+    let deciding = Deciding::begin(&dir, DECIDE_LOCK)?;
+    let info = match read_alive(&dir) {
+        Some(info) if info.fingerprint != wanted => {
+            return Err(Error::Usage(format!(
+                "shared container {key} already runs {} with other options (binds, --writable, --fakeroot or the image differ); use another key, or the same options",
+                info.image
+            )))
+        }
+        Some(info) => info,
+        None => create::create(spec, &dir, placement, wanted, image_file)?,
+    };
+    let share = deciding.share()?;
+    deciding.end();
+    Ok(Placed {
+        info,
+        share,
+        job: spec.process.clone(),
+    })
+}
+
+/// Runs `job` in the live shared container `key` (`berth exec`).
+pub fn exec(key: &str, job: &Process) -> Result<i32> {
+    validate_key(key)?;
+    let dir = containers_dir()?.join(key);
+    let missing = || {
+        Error::Usage(format!(
+            "no shared container {key} on this node (berth ps lists them; they go away with their last task)"
+        ))
+    };
+    if !dir.is_dir() {
+        return Err(missing());
+    }
+    let deciding = Deciding::begin(&dir, DECIDE_LOCK)?;
+    let info = read_alive(&dir).ok_or_else(missing)?;
+    let share = deciding.share()?;
+    deciding.end();
+    join::join(&info, job, share)
+}
+
+/// The record of the live shared container `key`.
+pub fn lookup(key: &str) -> Result<Option<SharedInfo>> {
+    validate_key(key)?;
+    Ok(read_alive(&containers_dir()?.join(key)))
+}
+
+/// The caller's live shared containers on this node, by key; records of
+/// dead ones are removed.
+pub fn list() -> Result<Vec<Listed>> {
+    let dir = containers_dir()?;
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        match read_alive(&path) {
+            Some(info) => {
+                let processes = processes_in(info.pid);
+                out.push(Listed { info, processes });
+            }
+            None => {
+                // Remove a dead container's directory, unless a task is
+                // deciding under its lock right now.
+                if let Ok(lock) = File::open(path.join(DECIDE_LOCK)) {
+                    use rustix::fs::{flock, FlockOperation};
+                    if flock(&lock, FlockOperation::NonBlockingLockExclusive).is_ok() {
+                        let _ = fs::remove_dir_all(&path);
+                    }
+                }
+            }
+        }
+    }
+    out.sort_by(|a, b| a.info.key.cmp(&b.info.key));
+    Ok(out)
+}
+
+/// How many of the caller's processes share the anchor's mount namespace.
+fn processes_in(anchor: i32) -> usize {
+    let Ok(ns) = fs::read_link(format!("/proc/{anchor}/ns/mnt")) else {
+        return 0;
+    };
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return 0;
+    };
+    procs
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| *pid != anchor)
+        .filter(|pid| fs::read_link(format!("/proc/{pid}/ns/mnt")).is_ok_and(|l| l == ns))
+        .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys() {
+        for ok in ["a", "job-12.3", "slurm-7_0", "X.y-z"] {
+            assert!(validate_key(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", ".hidden", "-x", "a/b", "..", "a b", &"k".repeat(129)] {
+            assert!(validate_key(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn records_name_the_mode_as_before() {
+        // `berth ps --format json` and the Slurm epilog read `mode`.
+        let j = serde_json::to_value(IdMode::FakeRoot).unwrap();
+        assert_eq!(j, "fakeroot");
+        assert_eq!(serde_json::to_value(IdMode::HostRoot).unwrap(), "root");
+    }
+}

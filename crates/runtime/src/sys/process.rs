@@ -1,0 +1,208 @@
+//! Processes: fork, signal masks and waiting, exit, and what a helper
+//! program is started with.
+
+use std::io;
+
+/// The result of [`fork`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fork {
+    /// In the parent: the child's pid.
+    Parent(libc::pid_t),
+    /// In the child.
+    Child,
+}
+
+/// `fork(2)`.
+///
+/// Callers must be single-threaded (berth's run path is: it forks before
+/// starting any thread), so the child may allocate and run ordinary Rust.
+pub fn fork() -> io::Result<Fork> {
+    // SAFETY: fork has no memory-safety preconditions of its own; the
+    // hazard of forking a multi-threaded process (locks held by other
+    // threads) does not arise because callers are single-threaded.
+    let pid = unsafe { libc::fork() };
+    match pid {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(Fork::Child),
+        p => Ok(Fork::Parent(p)),
+    }
+}
+
+/// A set of signals.
+pub struct SigSet(libc::sigset_t);
+
+impl SigSet {
+    /// The set of `signals`.
+    pub fn of(signals: &[i32]) -> Self {
+        // SAFETY: sigemptyset/sigaddset initialise and fill a local sigset_t.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for s in signals {
+                libc::sigaddset(&mut set, *s);
+            }
+            SigSet(set)
+        }
+    }
+}
+
+/// Blocks (`block = true`) or unblocks the signals of `set` for the thread.
+pub fn mask(set: &SigSet, block: bool) -> io::Result<()> {
+    let how = if block {
+        libc::SIG_BLOCK
+    } else {
+        libc::SIG_UNBLOCK
+    };
+    // SAFETY: pthread_sigmask reads a valid sigset_t; the old mask is not needed.
+    let rc = unsafe { libc::pthread_sigmask(how, &set.0, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// A received signal: number and whether a process sent it explicitly
+/// (`kill`, `sigqueue`) rather than the kernel or the terminal.
+#[derive(Debug, Clone, Copy)]
+pub struct Received {
+    /// Signal number.
+    pub signo: i32,
+    /// Sent by `kill(2)`/`sigqueue(3)`.
+    pub from_process: bool,
+}
+
+/// Waits for one of the (blocked) signals of `set`.
+pub fn wait_signal(set: &SigSet) -> io::Result<Received> {
+    loop {
+        // SAFETY: sigwaitinfo fills a zeroed siginfo_t we own.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `set` is a valid sigset_t and `info` a valid out pointer.
+        let rc = unsafe { libc::sigwaitinfo(&set.0, &mut info) };
+        if rc == -1 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        return Ok(Received {
+            signo: rc,
+            from_process: info.si_code == libc::SI_USER || info.si_code == libc::SI_QUEUE,
+        });
+    }
+}
+
+/// How a child ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Exited with a code.
+    Code(i32),
+    /// Killed by a signal.
+    Signal(i32),
+}
+
+impl Exit {
+    /// The shell's convention: the code, or 128 + the signal number.
+    pub fn as_code(self) -> i32 {
+        match self {
+            Exit::Code(c) => c,
+            Exit::Signal(s) => 128 + s,
+        }
+    }
+}
+
+/// Waits for `pid` (any child with `-1`); `None` with `nohang` when none ended.
+pub fn wait(pid: libc::pid_t, nohang: bool) -> io::Result<Option<(libc::pid_t, Exit)>> {
+    let mut status = 0;
+    loop {
+        let flags = if nohang { libc::WNOHANG } else { 0 };
+        // SAFETY: waitpid writes the status into a local integer.
+        let rc = unsafe { libc::waitpid(pid, &mut status, flags) };
+        if rc == -1 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if rc == 0 {
+            return Ok(None);
+        }
+        let exit = if libc::WIFEXITED(status) {
+            Exit::Code(libc::WEXITSTATUS(status))
+        } else if libc::WIFSIGNALED(status) {
+            Exit::Signal(libc::WTERMSIG(status))
+        } else {
+            continue;
+        };
+        return Ok(Some((rc, exit)));
+    }
+}
+
+/// Sends `signo` to `pid`; a vanished process is not an error.
+pub fn kill(pid: libc::pid_t, signo: i32) {
+    // SAFETY: kill has no memory effects.
+    unsafe {
+        libc::kill(pid, signo);
+    }
+}
+
+/// Ends the calling process at once with `code` (no destructors, no stdio
+/// flushing): for forked children whose parent owns those resources.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit never returns and touches no Rust state.
+    unsafe { libc::_exit(code) }
+}
+
+/// Restores the default disposition of every signal and the empty mask, so
+/// the container's command starts as a freshly started process would.
+pub fn reset_signals() {
+    for signo in 1..32 {
+        if signo == libc::SIGKILL || signo == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: SIG_DFL is always a valid disposition.
+        unsafe {
+            libc::signal(signo, libc::SIG_DFL);
+        }
+    }
+    let _ = mask(&SigSet::of(&(1..65).collect::<Vec<i32>>()), false);
+}
+
+/// Makes `cmd`'s process receive `signal` when its parent (the caller)
+/// dies, so a helper never outlives the process that owns it.
+pub fn kill_with_parent(cmd: &mut std::process::Command, signal: rustix::process::Signal) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs between fork and exec and only calls
+    // prctl(PR_SET_PDEATHSIG), which is async-signal-safe and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::process::set_parent_process_death_signal(Some(signal)).map_err(io::Error::from)
+        });
+    }
+}
+
+/// Makes `cmd` start without capabilities although it runs as root in the
+/// keeper's user namespace (securebits `NOROOT`, locked): the squashfs
+/// server needs none, and a process of the user's containers that traced
+/// it would find none to use.
+pub fn exec_without_root_powers(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    const SECBIT_NOROOT: libc::c_ulong = 1;
+    const SECBIT_NOROOT_LOCKED: libc::c_ulong = 1 << 1;
+    // SAFETY: the closure runs between fork and exec and only calls
+    // prctl(PR_SET_SECUREBITS), which is async-signal-safe and allocates
+    // nothing; a failure (no CAP_SETPCAP) leaves the old behaviour.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(
+                libc::PR_SET_SECUREBITS,
+                SECBIT_NOROOT | SECBIT_NOROOT_LOCKED,
+                0,
+                0,
+                0,
+            );
+            Ok(())
+        });
+    }
+}

@@ -20,42 +20,17 @@
 log() { echo "$BENCH_NAME: $*" >&2; }
 die() { echo "$BENCH_NAME: ERROR: $*" >&2; exit 1; }
 
-# install_packages PKG...: installs those of PKG that are missing, without
-# recommends.
-install_packages() {
-    local missing=() p policy_rc='' rc=0
-    for p in "$@"; do
-        [[ $(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null) == installed ]] \
-            || missing+=("$p")
-    done
-    ((${#missing[@]})) || return 0
-    log "installing: ${missing[*]}"
-    # policy-rc.d keeps apt from starting services (docker-registry would
-    # take port 5000), as tests/setup/setup.sh does.
-    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-        policy_rc=/usr/sbin/policy-rc.d
-        printf '#!/bin/sh\nexit 101\n' > "$policy_rc"
-        chmod 0755 "$policy_rc"
-    fi
-    { DEBIAN_FRONTEND=noninteractive apt-get update -q &&
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-          --no-install-recommends "${missing[@]}"; } >&2 || rc=$?
-    if [[ -n $policy_rc ]]; then rm -f "$policy_rc"; fi
-    ((rc == 0)) || die "apt-get install ${missing[*]} failed"
-}
+# The test suite's host provisioning: install_packages PKG... (those
+# missing, without recommends) and test_user NAME (the user and its
+# subordinate ids). apt-get's output goes to stderr: stdout is the report.
+APT_OUTPUT_FD=2
+# shellcheck source=tests/setup/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../tests/setup/lib.sh"
 
-# bench_user_setup: the user and its subordinate ids (as
+# bench_user_setup: the user and its subordinate ids (made as
 # tests/setup/setup.sh makes them), and its private state under WORK/user.
 bench_user_setup() {
-    local f
-    if ! id -u "$BENCH_USER" >/dev/null 2>&1; then
-        log "creating user $BENCH_USER"
-        useradd --create-home --user-group --shell /bin/bash "$BENCH_USER"
-    fi
-    for f in /etc/subuid /etc/subgid; do
-        touch "$f"
-        grep -q "^$BENCH_USER:" "$f" || echo "$BENCH_USER:200000:65536" >> "$f"
-    done
+    test_user "$BENCH_USER"
     BUID=$(id -u "$BENCH_USER")
     BGID=$(id -g "$BENCH_USER")
     BHOME=$(getent passwd "$BENCH_USER" | cut -d: -f6)

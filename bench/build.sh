@@ -22,24 +22,17 @@ set -Eeuo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$HERE/.." && pwd)
 cd /
-RUNS=5
-SMOKE=0
-while (($#)); do
-    case $1 in
-        --runs) RUNS=$2; shift 2 ;;
-        --smoke) RUNS=1; SMOKE=1; shift ;;
-        -h|--help) sed -n 2,18p "$0"; exit 0 ;;
-        *) echo "build.sh: unknown option $1" >&2; exit 2 ;;
-    esac
-done
 BENCH_NAME=build.sh
-WORK=${BERTH_BENCH_WORK:-/var/tmp/berth-bench}
-BENCH_USER=${BERTH_BENCH_USER:-berthtest}
-REGISTRY=127.0.0.1:5000
-BIN_DIR=${BERTH_BENCH_BIN_DIR:-$REPO_ROOT/target/release}
 # shellcheck source=bench/lib/common.sh
 source "$HERE/lib/common.sh"
-[[ $(id -u) == 0 ]] || die "run as root (it switches to $BENCH_USER)"
+bench_defaults   # WORK BENCH_USER REGISTRY BIN_DIR ...
+RUNS=5
+SMOKE=0
+usage() { sed -n 2,18p "$HERE/build.sh"; }
+bench_options --runs=RUNS --smoke:SMOKE=1 -- "$@"
+if ((SMOKE)); then RUNS=1; fi
+bench_int --runs "$RUNS"
+bench_start "it switches to $BENCH_USER"
 [[ -x $BIN_DIR/berth ]] || die "no berth in $BIN_DIR (cargo build --release -p berth)"
 install_packages podman catatonit uidmap fuse-overlayfs squashfs-tools squashfs-tools-ng jq curl \
     charliecloud-common charliecloud-runtime python3-lark python3-requests git

@@ -22,33 +22,23 @@ REPO_ROOT=$(cd "$HERE/.." && pwd)
 # berth and the helpers run as the unprivileged user: work from /, not
 # from the caller's directory (a clone under a 0700 directory, say).
 cd /
+BENCH_NAME=mpi.sh
+# shellcheck source=bench/lib/common.sh
+source "$HERE/lib/common.sh"
+bench_defaults   # WORK BENCH_USER REGISTRY BERTH_BIN ...
 RUNS=10
 ITERS=2000
 SMOKE=0
-while (($#)); do
-    case $1 in
-        --runs) RUNS=$2; shift 2 ;;
-        --smoke) RUNS=1; ITERS=200; SMOKE=1; shift ;;
-        -h|--help) sed -n 2,18p "$0"; exit 0 ;;
-        *) echo "mpi.sh: unknown option $1" >&2; exit 2 ;;
-    esac
-done
-BENCH_NAME=mpi.sh
-WORK=${BERTH_BENCH_WORK:-/var/tmp/berth-bench}
-BENCH_USER=${BERTH_BENCH_USER:-berthtest}
-REGISTRY=127.0.0.1:5000
-BERTH_BIN=${BERTH_BENCH_BIN_DIR:-$REPO_ROOT/target/release}/berth
-# shellcheck source=bench/lib/common.sh
-source "$HERE/lib/common.sh"
-[[ $(id -u) == 0 ]] || die "run as root (it installs MPICH and switches to $BENCH_USER)"
+usage() { sed -n 2,18p "$HERE/mpi.sh"; }
+bench_options --runs=RUNS --smoke:SMOKE=1 -- "$@"
+if ((SMOKE)); then RUNS=1; ITERS=200; fi
+bench_int --runs "$RUNS"
+bench_start "it installs MPICH and switches to $BENCH_USER"
 [[ -x $BERTH_BIN ]] || die "no berth binary at $BERTH_BIN (cargo build --release)"
 install_packages mpich libmpich-dev umoci skopeo jq curl
 bench_user_setup
 ensure_registry
-if [[ ! -e $WORK/oci.done ]]; then
-    log "no base image yet: running bench/pull.sh --smoke --tools berth to build it"
-    "$HERE/pull.sh" --smoke --tools berth > /dev/null
-fi
+need_base_layout
 W=$WORK/mpi
 rm -rf "$W/site" "$W/logs"
 install -d -m 0755 "$W" "$W/bin" "$W/site/modules.d" "$W/logs"

@@ -21,34 +21,24 @@ set -Eeuo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$HERE/.." && pwd)
 cd /
-RUNS=10
-SMOKE=0
-while (($#)); do
-    case $1 in
-        --runs) RUNS=$2; shift 2 ;;
-        --smoke) RUNS=1; SMOKE=1; shift ;;
-        -h|--help) sed -n 2,20p "$0"; exit 0 ;;
-        *) echo "slurm.sh: unknown option $1" >&2; exit 2 ;;
-    esac
-done
 BENCH_NAME=slurm.sh
-WORK=${BERTH_BENCH_WORK:-/var/tmp/berth-bench}
-BENCH_USER=${BERTH_BENCH_USER:-berthtest}
-REGISTRY=127.0.0.1:5000
-BIN_DIR=${BERTH_BENCH_BIN_DIR:-$REPO_ROOT/target/release}
 # shellcheck source=bench/lib/common.sh
 source "$HERE/lib/common.sh"
-[[ $(id -u) == 0 ]] || die "run as root (it starts a Slurm cluster and switches to $BENCH_USER)"
+bench_defaults   # WORK BENCH_USER REGISTRY BIN_DIR ...
+RUNS=10
+SMOKE=0
+usage() { sed -n 2,19p "$HERE/slurm.sh"; }
+bench_options --runs=RUNS --smoke:SMOKE=1 -- "$@"
+if ((SMOKE)); then RUNS=1; fi
+bench_int --runs "$RUNS"
+bench_start "it starts a Slurm cluster and switches to $BENCH_USER"
 for f in berth libberth_spank.so; do
     [[ -e $BIN_DIR/$f ]] || die "no $f in $BIN_DIR (cargo build --release -p berth -p berth-slurm)"
 done
 install_packages slurm-wlm munge mpich libmpich-dev umoci skopeo jq curl
 bench_user_setup
 ensure_registry
-if [[ ! -e $WORK/oci.done ]]; then
-    log "no base image yet: running bench/pull.sh --smoke --tools berth to build it"
-    "$HERE/pull.sh" --smoke --tools berth > /dev/null
-fi
+need_base_layout
 W=$WORK/slurm
 rm -rf "$W"
 install -d -m 0755 "$W" "$W/bin" "$W/logs" "$W/site"

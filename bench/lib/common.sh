@@ -1,17 +1,26 @@
-# Shared set-up for the benchmarks in bench/ (sourced by pull.sh and
-# start.sh, which run as root and switch to an unprivileged user for every
-# timed command).
+# Shared set-up for the benchmarks in bench/ (sourced by the scripts that
+# run as root and switch to an unprivileged user for every timed command).
 #
-# The sourcing script sets, before calling anything here:
+# The sourcing script sets, before sourcing this file:
 #   BENCH_NAME       prefix of log lines ("pull.sh")
+#   REPO_ROOT        the checkout (for tests/setup/setup.sh)
+# then calls bench_defaults, which sets (options may change them):
 #   WORK             cache and scratch space (default /var/tmp/berth-bench)
 #   BENCH_USER       the unprivileged user (default berthtest)
 #   REGISTRY         the loopback registry, HOST:PORT
-#   REPO_ROOT        the checkout (for tests/setup/setup.sh)
 # and, before as_user:
 #   BERTH_SITE_CONF  the berth site config the user's berth reads
 #
+# A benchmark's prologue, after sourcing:
+#   bench_defaults; its own defaults; usage() { ...; }
+#   bench_options SPEC... -- "$@"; its checks (bench_int, bench_list)
+#   bench_start "what it needs root for"
+#
 # Functions set these globals:
+#   bench_defaults     WORK BENCH_USER REGISTRY IMAGE_PATH BIN_DIR BERTH_BIN
+#                      RESULTS
+#   bench_options      the variables its SPECs name
+#   bench_list         the array it is given
 #   bench_user_setup   BUID BGID BHOME UDIR
 #   bench_image        ROOTFS LAYOUT TAG IMAGE_REF IMAGE_MANIFEST_DIGEST
 #                      LAYER_BYTES LAYER_COUNT ROOTFS_BYTES ROOTFS_ENTRIES
@@ -19,6 +28,97 @@
 
 log() { echo "$BENCH_NAME: $*" >&2; }
 die() { echo "$BENCH_NAME: ERROR: $*" >&2; exit 1; }
+
+# bench_defaults: the defaults every benchmark shares; the environment
+# variables BERTH_BENCH_WORK, BERTH_BENCH_USER and BERTH_BENCH_BIN_DIR
+# (bench/run.sh --bin-dir) override theirs.
+bench_defaults() {
+    WORK=${BERTH_BENCH_WORK:-/var/tmp/berth-bench}
+    BENCH_USER=${BERTH_BENCH_USER:-berthtest}
+    REGISTRY=127.0.0.1:5000
+    IMAGE_PATH=bench/debian-python:bookworm    # pull.sh's image
+    BIN_DIR=${BERTH_BENCH_BIN_DIR:-$REPO_ROOT/target/release}
+    BERTH_BIN=$BIN_DIR/berth
+    RESULTS=$REPO_ROOT/bench/results
+}
+
+# bench_options SPEC... -- ARG...: parses the command line ARG... by the
+# SPECs, one an option:
+#   --name=VAR        an option with a value, stored in VAR
+#   --name:VAR=VALUE  a flag: sets VAR to VALUE
+#   common            the options of bench_defaults' globals: --berth PATH,
+#                     --registry H:P, --user NAME, --work-dir DIR and
+#                     --results DIR
+# -h and --help print usage (the script's function) and exit 0; anything
+# else is an error: a line and usage on stderr, exit status 2.
+bench_options() {
+    local specs=() spec name var
+    while (($#)) && [[ $1 != -- ]]; do
+        if [[ $1 == common ]]; then
+            specs+=(--berth=BERTH_BIN --registry=REGISTRY --user=BENCH_USER
+                    --work-dir=WORK --results=RESULTS)
+        else
+            specs+=("$1")
+        fi
+        shift
+    done
+    shift   # --
+    while (($#)); do
+        if [[ $1 == -h || $1 == --help ]]; then usage; exit 0; fi
+        for spec in "${specs[@]}"; do
+            name=${spec%%[=:]*}
+            [[ $1 == "$name" ]] || continue
+            if [[ ${spec:${#name}:1} == = ]]; then
+                if (($# < 2)); then
+                    echo "$BENCH_NAME: $1 needs a value" >&2
+                    usage >&2
+                    exit 2
+                fi
+                printf -v "${spec#*=}" '%s' "$2"
+                shift
+            else
+                var=${spec#*:}
+                printf -v "${var%%=*}" '%s' "${var#*=}"
+            fi
+            shift
+            continue 2
+        done
+        echo "$BENCH_NAME: unknown option $1" >&2
+        usage >&2
+        exit 2
+    done
+}
+
+# bench_int OPTION VALUE [MIN]: exits (status 2) unless VALUE is a whole
+# number of at least MIN, 1 (the default) or 0.
+bench_int() {
+    if [[ ${3:-1} == 0 ]]; then
+        [[ $2 =~ ^[0-9]+$ ]] || { echo "$1 must be a non-negative integer" >&2; exit 2; }
+    else
+        [[ $2 =~ ^[1-9][0-9]*$ ]] || { echo "$1 must be a positive integer" >&2; exit 2; }
+    fi
+}
+
+# bench_list ARRAY LIST ALLOWED WHAT: splits the comma list LIST into the
+# array ARRAY; exits (status 2) on an element that the comma list ALLOWED
+# does not have ("unknown WHAT: ELEMENT").
+bench_list() {
+    local -n bench_list_out=$1
+    local x
+    IFS=, read -r -a bench_list_out <<< "$2"
+    for x in "${bench_list_out[@]}"; do
+        [[ ,$3, == *,"$x",* ]] || { echo "unknown $4: $x" >&2; exit 2; }
+    done
+}
+
+# bench_start WHY: what every benchmark does once its options are read: a
+# line naming the command that failed on any error, root or an error
+# saying what for (WHY), umask 022.
+bench_start() {
+    trap 'echo "$BENCH_NAME: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
+    [[ $(id -u) == 0 ]] || die "run as root ($1)"
+    umask 022
+}
 
 # The test suite's host provisioning: install_packages PKG... (those
 # missing, without recommends) and test_user NAME (the user and its
@@ -104,6 +204,14 @@ ensure_registry() {
     log "no registry on $REGISTRY: starting the test fixture (tests/setup/setup.sh)"
     "$REPO_ROOT/tests/setup/setup.sh" >&2 || die "tests/setup/setup.sh failed"
     registry_up || die "registry on $REGISTRY still not answering"
+}
+
+# need_base_layout: pull.sh's image as an OCI layout (WORK/oci), made by a
+# smoke run of pull.sh when it is not there yet.
+need_base_layout() {
+    [[ -e $WORK/oci.done ]] && return 0
+    log "no base image yet: running bench/pull.sh --smoke --tools berth to build it"
+    "$REPO_ROOT/bench/pull.sh" --smoke --tools berth > /dev/null
 }
 
 # shellcheck source=tests/setup/debian_mirror.sh

@@ -149,14 +149,17 @@ fresh() {
 
 # The timed commands. Each runs as the user and leaves its result in
 # $RUNDIR/TOOL.
+# shellcheck disable=SC2317   # called as "cmd_$tool"
 cmd_berth() {
     as_user "$WORK/bin/berth" --store "$RUNDIR/berth/store" \
         pull --tls-verify=false -q "$IMAGE_REF"
 }
+# shellcheck disable=SC2317   # called as "cmd_$tool"
 cmd_podman() {
     as_user podman --root "$RUNDIR/podman/root" --runroot "$RUNDIR/podman/runroot" \
         --storage-driver overlay pull --tls-verify=false -q "$IMAGE_REF"
 }
+# shellcheck disable=SC2317   # called as "cmd_$tool"
 cmd_peer() {
     as_user "$WORK/bin/peer-pull.sh" "$IMAGE_REF" "$RUNDIR/peer" "$PEER_COMP" "$PEER_BLOCK"
 }
@@ -230,6 +233,7 @@ for ((r = 0; r < total; r++)); do
             PEER_SQFS=$(squashfs_params "$RUNDIR/peer/image.sqfs")
         fi
         if [[ $status == ok && $tool == podman && -z ${PODMAN_GRAPH:-} ]]; then
+            # shellcheck disable=SC2016   # a Go template for podman, not shell
             PODMAN_GRAPH=$(as_user podman --root "$RUNDIR/podman/root" --runroot "$RUNDIR/podman/runroot" \
                 --storage-driver overlay info --format \
                 '{{.Store.GraphDriverName}} ({{range $k, $v := .Store.GraphStatus}}{{$k}}: {{$v}}; {{end}})' \

@@ -37,7 +37,6 @@ fi
 BIN=$WORK/bin/berth-settings
 install -d -m 0755 "$WORK/bin" "$HERE/results"
 install -m 0755 "${BERTH_BENCH_BIN_DIR:-$HERE/../target/release}/berth" "$BIN"
-UID_N=$(id -u "$USER_NAME")
 RUN=$WORK/settings
 rm -rf "$RUN"; install -d -m 0755 -o "$USER_NAME" -g "$USER_NAME" "$RUN"
 

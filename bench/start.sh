@@ -156,6 +156,7 @@ PODMAN_RUNTIME=         # empty: podman's default (crun)
 
 # A copy of berth the user can surely execute, whatever the permissions of
 # the checkout.
+# shellcheck disable=SC2317   # called through setup's $prep
 prep_berth() {
     [[ -x $BERTH_BIN ]] || { echo "no berth binary at $BERTH_BIN (cargo build --release, or --berth PATH)"; return 1; }
     install -m 0755 "$BERTH_BIN" "$WORK/bin/berth" || return 1
@@ -168,6 +169,7 @@ prep_berth() {
 
 # The OCI layout of pull.sh is root's (mode 0600 files): the user unpacks a
 # copy of it.
+# shellcheck disable=SC2317   # called by prep_oci and prep_ch_* (setup's $prep)
 prep_bundle() {
     [[ -e $SW/bundle.done ]] && return 0
     rm -rf "$SW/oci" "$BUNDLE"
@@ -183,6 +185,7 @@ source "$HERE/lib/charliecloud.sh"
 
 # One bundle per case for crun/runc: a config.json (terminal off, the
 # case's command) whose root is the shared unpacked rootfs.
+# shellcheck disable=SC2317   # called through setup's $prep
 prep_oci() {
     local c args
     prep_bundle || return 1
@@ -197,6 +200,7 @@ prep_oci() {
     install -d -m 0700 -o "$BUID" -g "$BGID" "$SW/oci-state"
 }
 
+# shellcheck disable=SC2317   # called through setup's $prep
 prep_podman() {
     if ! as_user "${PODMAN[@]}" image exists "$IMAGE_REF" 2>/dev/null; then
         rm -rf "$SW/podman"

@@ -107,48 +107,12 @@ done
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 OUT=$HERE/results/slurm-$STAMP.json
 install -d "$HERE/results"
-python3 - "$TSV" "$OUT" <<PY
-import json, os, platform, statistics, sys
-rounds, failed = {}, 0
-for line in open(sys.argv[1]):
-    r, c, v, us = line.rstrip("\n").split("\t")
-    if us == "failed":
-        failed += 1
-        continue
-    rounds.setdefault((c, r), {})[v] = int(us) / 1000.0
-cases = ["true", "mpi", "mpi3"]
-summary, ratios = {}, {}
-for c in cases:
-    for v in ["native", "shared", "per-task"]:
-        ms = [x[v] for (cc, _), x in rounds.items() if cc == c and v in x]
-        if ms:
-            summary.setdefault(c, {})[v] = {"n": len(ms), "median_ms": round(statistics.median(ms), 1),
-                                            "min_ms": round(min(ms), 1)}
-        if v != "native":
-            rr = [x[v] / x["native"] for (cc, _), x in rounds.items() if cc == c and v in x and "native" in x]
-            if rr:
-                ratios.setdefault(c, {})[v] = round(statistics.median(rr), 3)
-json.dump({"benchmark": "slurm-start", "time_utc": "$STAMP", "smoke": bool($SMOKE), "runs": $RUNS,
-           "how": {"true": "srun -N1 -n16 -O true", "mpi": "srun --mpi=pmi2 -N1 -n16 -O mpi-probe",
-                   "mpi3": "srun --mpi=pmi2 -N3 -n6 -O mpi-probe",
-                   "shared": "--container-image=REGISTRY/berth-test/mpich:latest (one container per node)",
-                   "per-task": "--container-image=... --container-mode=per-task"},
-           "host": {"kernel": platform.release(), "cpus": os.cpu_count(),
-                    "loadavg_before": "$LOAD_BEFORE",
-                    "loadavg_after": " ".join(open("/proc/loadavg").read().split()[:3])},
-           "berth": {"version": "$("$W/bin/berth" --version | head -1)", "git": "$(git_describe)"},
-           "versions": {"slurm": "$(slurmd -V 2>/dev/null | head -1)",
-                        "mpich": "$(mpichversion 2>/dev/null | sed -n 's/MPICH Version:[[:space:]]*//p' | head -1)"},
-           "failed": failed, "summary": summary, "ratios": ratios},
-          open(sys.argv[2], "w"), indent=1)
-print("| case | native ms | shared ms | per-task ms | shared / native | per-task / native |")
-print("|---|---:|---:|---:|---:|---:|")
-for c in cases:
-    s = summary.get(c, {})
-    if "native" not in s: continue
-    g = lambda v: f"{s[v]['median_ms']:.0f}" if v in s else ""
-    r = ratios.get(c, {})
-    print(f"| {c} | {g('native')} | {g('shared')} | {g('per-task')} | {r.get('shared', 0):.2f} | {r.get('per-task', 0):.2f} |")
-sys.exit(1 if failed else 0)
-PY
+jq -n --arg stamp "$STAMP" --argjson smoke "$SMOKE" --argjson runs "$RUNS" \
+    --arg load_before "$LOAD_BEFORE" --arg berth_version "$("$W/bin/berth" --version | head -1)" \
+    --arg git "$(git_describe)" --arg slurm "$(slurmd -V 2>/dev/null | head -1)" \
+    --arg mpich "$(mpichversion 2>/dev/null | sed -n 's/MPICH Version:[[:space:]]*//p' | head -1)" \
+    '{time_utc: $stamp, smoke: ($smoke == 1), runs: $runs, loadavg_before: $load_before,
+      berth: {version: $berth_version, git: $git}, versions: {slurm: $slurm, mpich: $mpich}}' \
+    > "$W/logs/meta.json"
+python3 "$HERE/lib/slurm-report.py" "$TSV" "$W/logs/meta.json" "$OUT"
 log "results: $OUT"

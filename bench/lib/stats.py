@@ -1,8 +1,8 @@
 """What the benchmark reports share: reading the raw rows, summarising
 samples, pairing them round by round, and writing the results.
 
-Imported by bench/lib/{report,start-report,ranks-report,fileaccess-report}.py
-(each run from this directory, so `import stats` finds this file).
+Imported by the bench/lib/*-report.py scripts (each run from this
+directory, so `import stats` finds this file).
 
 A benchmark runs its tools one after another in every round (or repetition)
 and rotates their order from round to round. A ratio berth/peer is taken
@@ -63,11 +63,25 @@ def stats(values, digits=None, spread=False):
     return out
 
 
+def nearest_rank(values, p):
+    """The P-quantile of VALUES (0 <= P < 1) by the nearest-rank method: the
+    value at index int(P * n) of the sorted values (bench/inject.sh's
+    quartiles)."""
+    v = sorted(values)
+    return v[min(len(v) - 1, int(p * len(v)))]
+
+
+def per_round_pairs(a, b):
+    """[(round, a, b)] for the rounds that A and B ({round: value}) both
+    have, in round order."""
+    return [(k, a[k], b[k]) for k in sorted(set(a) & set(b))]
+
+
 def per_round_ratios(num, den):
     """[(round, num/den)] for the rounds that NUM and DEN ({round: value})
     both have, in round order; a round whose DEN is not positive is left
     out."""
-    return [(k, num[k] / den[k]) for k in sorted(set(num) & set(den)) if den[k] > 0]
+    return [(k, n / d) for k, n, d in per_round_pairs(num, den) if d > 0]
 
 
 def read_json(path):

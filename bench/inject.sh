@@ -30,6 +30,7 @@ if ((SMOKE)); then RUNS=3; WARMUP=1; fi
 bench_int --runs "$RUNS"
 bench_start "it makes device nodes and switches to $BENCH_USER"
 [[ -x $BERTH_BIN ]] || die "no berth binary at $BERTH_BIN (cargo build --release)"
+install_packages jq   # the report's META.json
 bench_user_setup
 need_base_layout
 W=$WORK/inject

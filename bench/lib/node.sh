@@ -47,9 +47,11 @@ layout_digest() {
         "$LAYOUT/index.json"
 }
 
+# keeper_dir RT ID: named by the image's whole id, as berth's keeper.rs
+# names it (keeper_name: HEX-user).
 keeper_dir() {
     local rt=$1 id=${2#sha256:}
-    echo "$rt/berth/keepers/${id:0:16}-user"
+    echo "$rt/berth/keepers/$id-user"
 }
 
 # keeper_pid DIR: the pid in DIR/pid when that process is the user's berth

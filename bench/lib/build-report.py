@@ -14,12 +14,10 @@ table. Exits 1 if a build failed.
 """
 
 import json
-import os
-import platform
 import statistics
 import sys
 
-from stats import per_round_ratios, read_json
+from stats import host_facts, per_round_ratios, read_json
 
 KINDS = ("cold", "cached")
 
@@ -55,9 +53,7 @@ def main():
            "how": {"dockerfile": meta["dockerfile"],
                    "cold": "build --no-cache (ch-image: --rebuild), base image already stored",
                    "cached": "the same build again"},
-           "host": {"kernel": platform.release(), "cpus": os.cpu_count(),
-                    "loadavg_before": meta["loadavg_before"],
-                    "loadavg_after": " ".join(open("/proc/loadavg").read().split()[:3])},
+           "host": host_facts(meta["loadavg_before"]),
            "berth": meta["berth"], "versions": meta["versions"],
            "failed": failed, "summary": summary, "ratios": ratios}
     with open(out, "w") as f:

@@ -13,12 +13,10 @@ measured start failed. Quartiles by the nearest-rank method.
 """
 
 import json
-import os
-import platform
 import statistics
 import sys
 
-from stats import nearest_rank, per_round_pairs, read_json, read_rows
+from stats import host_facts, nearest_rank, per_round_pairs, read_json, read_rows
 
 TOOLS = ["plain", "gpus-discovery", "gpus-cdi", "mpi-module"]
 HOW = {"plain": "berth run IMAGE true",
@@ -56,9 +54,7 @@ def main():
                 deltas[t] = summary_of(d)
     doc = {"benchmark": "inject", "time_utc": meta["time_utc"], "smoke": meta["smoke"],
            "runs": meta["runs"], "how": HOW,
-           "host": {"kernel": platform.release(), "cpus": os.cpu_count(),
-                    "loadavg_before": meta["loadavg_before"],
-                    "loadavg_after": " ".join(open("/proc/loadavg").read().split()[:3])},
+           "host": host_facts(meta["loadavg_before"]),
            "berth": meta["berth"],
            "failed": failed, "summary": summary, "deltas_ms": deltas}
     with open(out, "w") as f:

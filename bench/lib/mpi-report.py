@@ -14,12 +14,10 @@ run failed.
 """
 
 import json
-import os
-import platform
 import statistics
 import sys
 
-from stats import per_round_ratios, read_json
+from stats import host_facts, per_round_ratios, read_json
 
 VARIANTS = ["native", "image", "host"]
 HOW = {"native": "mpiexec.hydra -n 2 pingpong (host MPICH)",
@@ -55,9 +53,7 @@ def main():
                              "bandwidth": round(statistics.median(rb), 4)}
     doc = {"benchmark": "mpi-pingpong", "time_utc": meta["time_utc"], "smoke": meta["smoke"],
            "runs": meta["runs"], "iterations": meta["iterations"], "how": HOW,
-           "host": {"kernel": platform.release(), "cpus": os.cpu_count(),
-                    "loadavg_before": meta["loadavg_before"],
-                    "loadavg_after": " ".join(open("/proc/loadavg").read().split()[:3])},
+           "host": host_facts(meta["loadavg_before"]),
            "berth": meta["berth"], "versions": meta["versions"], "host_libmpi": meta["host_libmpi"],
            "failed": failed, "summary": summary, "ratios": ratios}
     with open(out, "w") as f:

@@ -14,12 +14,10 @@ markdown table. Exits 1 if an srun failed.
 """
 
 import json
-import os
-import platform
 import statistics
 import sys
 
-from stats import per_round_ratios, read_json
+from stats import host_facts, per_round_ratios, read_json
 
 CASES = ["true", "mpi", "mpi3"]
 VARIANTS = ["native", "shared", "per-task"]
@@ -56,9 +54,7 @@ def main():
                     ratios.setdefault(c, {})[v] = round(statistics.median(rr), 3)
     doc = {"benchmark": "slurm-start", "time_utc": meta["time_utc"], "smoke": meta["smoke"],
            "runs": meta["runs"], "how": HOW,
-           "host": {"kernel": platform.release(), "cpus": os.cpu_count(),
-                    "loadavg_before": meta["loadavg_before"],
-                    "loadavg_after": " ".join(open("/proc/loadavg").read().split()[:3])},
+           "host": host_facts(meta["loadavg_before"]),
            "berth": meta["berth"], "versions": meta["versions"],
            "failed": failed, "summary": summary, "ratios": ratios}
     with open(out, "w") as f:

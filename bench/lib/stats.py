@@ -13,6 +13,8 @@ per_round_ratios() pairs them, stats() summarises them.
 
 import csv
 import json
+import os
+import platform
 import statistics
 
 
@@ -82,6 +84,15 @@ def per_round_ratios(num, den):
     both have, in round order; a round whose DEN is not positive is left
     out."""
     return [(k, n / d) for k, n, d in per_round_pairs(num, den) if d > 0]
+
+
+def host_facts(loadavg_before):
+    """The machine, for a report: kernel, CPUs, and the load average before
+    (as the benchmark read it) and now."""
+    with open("/proc/loadavg") as f:
+        now = " ".join(f.read().split()[:3])
+    return {"kernel": platform.release(), "cpus": os.cpu_count(),
+            "loadavg_before": loadavg_before, "loadavg_after": now}
 
 
 def read_json(path):

@@ -20,8 +20,13 @@ for t in shellcheck flake8; do
 done
 
 # tracked PATHSPEC...: the tracked files, one a line. As root in a checkout
-# of another user, git wants the directory named safe.
-tracked() { git -c safe.directory="$PWD" ls-files -- "$@"; }
+# of another user, git wants the directory named safe.directory, in global
+# or system configuration (GIT_CONFIG_GLOBAL: a file of our own, so that
+# nothing is written to root's).
+git_conf=$(mktemp)
+trap 'rm -f "$git_conf"' EXIT
+printf '[safe]\n\tdirectory = %s\n' "$PWD" > "$git_conf"
+tracked() { GIT_CONFIG_GLOBAL=$git_conf git ls-files -- "$@"; }
 
 shell_re='^#!(/usr)?/bin/(env +)?(ba)?sh([[:space:]]|$)'
 shell_scripts=()

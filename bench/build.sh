@@ -22,24 +22,17 @@ set -Eeuo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$HERE/.." && pwd)
 cd /
-RUNS=5
-SMOKE=0
-while (($#)); do
-    case $1 in
-        --runs) RUNS=$2; shift 2 ;;
-        --smoke) RUNS=1; SMOKE=1; shift ;;
-        -h|--help) sed -n 2,18p "$0"; exit 0 ;;
-        *) echo "build.sh: unknown option $1" >&2; exit 2 ;;
-    esac
-done
 BENCH_NAME=build.sh
-WORK=${BERTH_BENCH_WORK:-/var/tmp/berth-bench}
-BENCH_USER=${BERTH_BENCH_USER:-berthtest}
-REGISTRY=127.0.0.1:5000
-BIN_DIR=${BERTH_BENCH_BIN_DIR:-$REPO_ROOT/target/release}
 # shellcheck source=bench/lib/common.sh
 source "$HERE/lib/common.sh"
-[[ $(id -u) == 0 ]] || die "run as root (it switches to $BENCH_USER)"
+bench_defaults   # WORK BENCH_USER REGISTRY BIN_DIR ...
+RUNS=5
+SMOKE=0
+usage() { sed -n 2,18p "$HERE/build.sh"; }
+bench_options --runs=RUNS --smoke:SMOKE=1 -- "$@"
+if ((SMOKE)); then RUNS=1; fi
+bench_int --runs "$RUNS"
+bench_start "it switches to $BENCH_USER"
 [[ -x $BIN_DIR/berth ]] || die "no berth in $BIN_DIR (cargo build --release -p berth)"
 install_packages podman catatonit uidmap fuse-overlayfs squashfs-tools squashfs-tools-ng jq curl \
     charliecloud-common charliecloud-runtime python3-lark python3-requests git
@@ -154,48 +147,12 @@ done
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 OUT=$HERE/results/build-$STAMP.json
 install -d "$HERE/results"
-python3 - "$TSV" "$OUT" <<PY
-import json, os, platform, statistics, sys
-rows, failed = [], 0
-for line in open(sys.argv[1]):
-    r, t, c, h = line.rstrip("\n").split("\t")
-    if "failed" in (c, h):
-        failed += 1
-        continue
-    rows.append((r, t, int(c), int(h)))
-tools = [t for t in ["berth", "podman", "ch-image"] if any(x[1] == t for x in rows)]
-summary, ratios = {}, {}
-for t in tools:
-    for i, kind in ((2, "cold"), (3, "cached")):
-        ms = [x[i] for x in rows if x[1] == t]
-        summary.setdefault(t, {})[kind] = {"n": len(ms), "median_ms": statistics.median(ms), "min_ms": min(ms)}
-for peer in [t for t in tools if t != "berth"]:
-    for i, kind in ((2, "cold"), (3, "cached")):
-        rr = []
-        for r in {x[0] for x in rows}:
-            b = [x[i] for x in rows if x[0] == r and x[1] == "berth"]
-            p = [x[i] for x in rows if x[0] == r and x[1] == peer]
-            if b and p and p[0] > 0:
-                rr.append(b[0] / p[0])
-        if rr:
-            ratios.setdefault(peer, {})[kind] = round(statistics.median(rr), 3)
-json.dump({"benchmark": "build", "time_utc": "$STAMP", "smoke": bool($SMOKE), "runs": $RUNS,
-           "how": {"dockerfile": open("$W/ctx/Dockerfile").read(),
-                   "cold": "build --no-cache (ch-image: --rebuild), base image already stored",
-                   "cached": "the same build again"},
-           "host": {"kernel": platform.release(), "cpus": os.cpu_count(), "loadavg_before": "$LOAD_BEFORE",
-                    "loadavg_after": " ".join(open("/proc/loadavg").read().split()[:3])},
-           "berth": {"version": "$("$W/berth" --version | head -1)", "git": "$(git_describe)"},
-           "versions": {"podman": "$(version_of podman --version)", "ch-image": "$(version_of as_user "$CH_IMAGE" --version)"},
-           "failed": failed, "summary": summary, "ratios": ratios},
-          open(sys.argv[2], "w"), indent=1)
-print("| tool | cold ms | cached ms | berth / tool, cold | berth / tool, cached |")
-print("|---|---:|---:|---:|---:|")
-for t in tools:
-    s = summary[t]
-    r = ratios.get(t, {})
-    g = lambda k: f"{r[k]:.2f}" if k in r else ""
-    print(f"| {t} | {s['cold']['median_ms']:.0f} | {s['cached']['median_ms']:.0f} | {g('cold')} | {g('cached')} |")
-sys.exit(1 if failed else 0)
-PY
+jq -n --arg stamp "$STAMP" --argjson smoke "$SMOKE" --argjson runs "$RUNS" \
+    --rawfile dockerfile "$W/ctx/Dockerfile" --arg load_before "$LOAD_BEFORE" \
+    --arg berth_version "$("$W/berth" --version | head -1)" --arg git "$(git_describe)" \
+    --arg podman "$(version_of podman --version)" --arg ch_image "$(version_of as_user "$CH_IMAGE" --version)" \
+    '{time_utc: $stamp, smoke: ($smoke == 1), runs: $runs, dockerfile: $dockerfile,
+      loadavg_before: $load_before, berth: {version: $berth_version, git: $git},
+      versions: {podman: $podman, "ch-image": $ch_image}}' > "$W/logs/meta.json"
+python3 "$HERE/lib/build-report.py" "$TSV" "$W/logs/meta.json" "$OUT"
 log "results: $OUT"

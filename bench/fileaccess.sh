@@ -45,21 +45,21 @@ set -Eeuo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$HERE/.." && pwd)
+BENCH_NAME=fileaccess.sh
+# shellcheck source-path=SCRIPTDIR source=lib/common.sh
+. "$HERE/lib/common.sh"
+# shellcheck source-path=SCRIPTDIR source=lib/node.sh
+. "$HERE/lib/node.sh"
 
 # ---------------------------------------------------------------------------
 # Defaults and options
 # ---------------------------------------------------------------------------
+bench_defaults   # WORK BENCH_USER REGISTRY IMAGE_PATH BERTH_BIN RESULTS
 RUNS=5
 FILES=4
 FILE_MIB=256
 METHODS=berth,kernel,host
 WORKLOADS=read,find,stat
-WORK=${BERTH_BENCH_WORK:-/var/tmp/berth-bench}
-BENCH_USER=${BERTH_BENCH_USER:-berthtest}
-REGISTRY=127.0.0.1:5000
-IMAGE_PATH=bench/debian-python:bookworm
-BERTH_BIN=${BERTH_BENCH_BIN_DIR:-$REPO_ROOT/target/release}/berth
-RESULTS=$HERE/results
 DROP_CACHES=0
 HOST_FIXES=1
 SMOKE=0
@@ -87,48 +87,17 @@ usage: $0 [options]    (run as root)
 EOF
 }
 
-while (($#)); do
-    case $1 in
-        --runs) RUNS=$2; shift ;;
-        --smoke) SMOKE=1 ;;
-        --files) FILES=$2; shift ;;
-        --file-mib) FILE_MIB=$2; shift ;;
-        --methods) METHODS=$2; shift ;;
-        --workloads) WORKLOADS=$2; shift ;;
-        --drop-caches) DROP_CACHES=1 ;;
-        --berth) BERTH_BIN=$2; shift ;;
-        --registry) REGISTRY=$2; shift ;;
-        --user) BENCH_USER=$2; shift ;;
-        --work-dir) WORK=$2; shift ;;
-        --results) RESULTS=$2; shift ;;
-        --no-host-fixes) HOST_FIXES=0 ;;
-        -h|--help) usage; exit 0 ;;
-        *) usage >&2; exit 2 ;;
-    esac
-    shift
-done
+bench_options --runs=RUNS --smoke:SMOKE=1 --files=FILES --file-mib=FILE_MIB \
+    --methods=METHODS --workloads=WORKLOADS --drop-caches:DROP_CACHES=1 \
+    --no-host-fixes:HOST_FIXES=0 common -- "$@"
 if ((SMOKE)); then RUNS=1; FILES=4; FILE_MIB=16; fi
-for v in "$RUNS" "$FILES" "$FILE_MIB"; do
-    [[ $v =~ ^[1-9][0-9]*$ ]] || { echo "--runs, --files and --file-mib take positive integers" >&2; exit 2; }
-done
-IFS=, read -r -a METHOD_LIST <<< "$METHODS"
-for m in "${METHOD_LIST[@]}"; do
-    [[ $m == berth || $m == kernel || $m == host ]] || { echo "unknown method: $m" >&2; exit 2; }
-done
-IFS=, read -r -a WORKLOAD_LIST <<< "$WORKLOADS"
-for w in "${WORKLOAD_LIST[@]}"; do
-    [[ $w == read || $w == find || $w == stat ]] || { echo "unknown workload: $w" >&2; exit 2; }
-done
+bench_int --runs "$RUNS"
+bench_int --files "$FILES"
+bench_int --file-mib "$FILE_MIB"
+bench_list METHOD_LIST "$METHODS" berth,kernel,host method
+bench_list WORKLOAD_LIST "$WORKLOADS" read,find,stat workload
 
-BENCH_NAME=fileaccess.sh
-# shellcheck source-path=SCRIPTDIR source=lib/common.sh
-. "$HERE/lib/common.sh"
-# shellcheck source-path=SCRIPTDIR source=lib/node.sh
-. "$HERE/lib/node.sh"
-trap 'echo "fileaccess.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
-
-[[ $(id -u) == 0 ]] || die "run as root (it mounts the image file and switches to user $BENCH_USER)"
-umask 022
+bench_start "it mounts the image file and switches to user $BENCH_USER"
 
 # ---------------------------------------------------------------------------
 # Packages, user, base image

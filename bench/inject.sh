@@ -17,31 +17,22 @@ REPO_ROOT=$(cd "$HERE/.." && pwd)
 # berth and the helpers run as the unprivileged user: work from /, not
 # from the caller's directory (a clone under a 0700 directory, say).
 cd /
+BENCH_NAME=inject.sh
+# shellcheck source=bench/lib/common.sh
+source "$HERE/lib/common.sh"
+bench_defaults   # WORK BENCH_USER REGISTRY BERTH_BIN ...
 RUNS=30
 WARMUP=3
 SMOKE=0
-while (($#)); do
-    case $1 in
-        --runs) RUNS=$2; shift 2 ;;
-        --smoke) RUNS=3; WARMUP=1; SMOKE=1; shift ;;
-        -h|--help) sed -n 2,13p "$0"; exit 0 ;;
-        *) echo "inject.sh: unknown option $1" >&2; exit 2 ;;
-    esac
-done
-BENCH_NAME=inject.sh
-WORK=${BERTH_BENCH_WORK:-/var/tmp/berth-bench}
-BENCH_USER=${BERTH_BENCH_USER:-berthtest}
-REGISTRY=127.0.0.1:5000
-BERTH_BIN=${BERTH_BENCH_BIN_DIR:-$REPO_ROOT/target/release}/berth
-# shellcheck source=bench/lib/common.sh
-source "$HERE/lib/common.sh"
-[[ $(id -u) == 0 ]] || die "run as root (it makes device nodes and switches to $BENCH_USER)"
+usage() { sed -n 2,13p "$HERE/inject.sh"; }
+bench_options --runs=RUNS --smoke:SMOKE=1 -- "$@"
+if ((SMOKE)); then RUNS=3; WARMUP=1; fi
+bench_int --runs "$RUNS"
+bench_start "it makes device nodes and switches to $BENCH_USER"
 [[ -x $BERTH_BIN ]] || die "no berth binary at $BERTH_BIN (cargo build --release)"
+install_packages jq   # the report's META.json
 bench_user_setup
-if [[ ! -e $WORK/oci.done ]]; then
-    log "no base image yet: running bench/pull.sh --smoke --tools berth to build it"
-    "$HERE/pull.sh" --smoke --tools berth > /dev/null
-fi
+need_base_layout
 W=$WORK/inject
 rm -rf "$W/site-discovery" "$W/site-cdi" "$W/logs"
 install -d -m 0755 "$W" "$W/bin" "$W/logs" "$W/site-discovery/modules.d" "$W/site-cdi"
@@ -103,51 +94,10 @@ as_user python3 "$W/bin/start-loop.py" "$W/spec.json" "$W/logs/starts.tsv"
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 OUT=$HERE/results/inject-$STAMP.json
 install -d "$HERE/results"
-python3 - "$W/logs/starts.tsv" "$OUT" <<PY
-import json, os, platform, statistics, sys
-rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
-rounds = {}
-failed = 0
-for rnd, pos, tool, case, status, ms in rows:
-    if rnd.startswith("warmup"):
-        continue
-    if status != "ok":
-        failed += 1
-        continue
-    rounds.setdefault(rnd, {})[tool] = float(ms)
-tools = ["plain", "gpus-discovery", "gpus-cdi", "mpi-module"]
-def q(v, p):
-    v = sorted(v); return v[min(len(v) - 1, int(p * len(v)))]
-summary, deltas = {}, {}
-for t in tools:
-    v = [r[t] for r in rounds.values() if t in r]
-    if v:
-        summary[t] = {"n": len(v), "median": round(statistics.median(v), 3),
-                      "p25": round(q(v, .25), 3), "p75": round(q(v, .75), 3)}
-    if t != "plain":
-        d = [r[t] - r["plain"] for r in rounds.values() if t in r and "plain" in r]
-        if d:
-            deltas[t] = {"n": len(d), "median": round(statistics.median(d), 3),
-                         "p25": round(q(d, .25), 3), "p75": round(q(d, .75), 3)}
-json.dump({"benchmark": "inject", "time_utc": "$STAMP", "smoke": bool($SMOKE), "runs": $RUNS,
-           "how": {"plain": "berth run IMAGE true",
-                   "gpus-discovery": "berth run --gpus all (no CDI spec: loader cache, /dev, programs)",
-                   "gpus-cdi": "berth run --gpus all (the fake tree's CDI spec)",
-                   "mpi-module": "berth run --mpi (a module: 2 libraries, 1 device, 3 variables)"},
-           "host": {"kernel": platform.release(), "cpus": os.cpu_count(),
-                    "loadavg_before": "$LOAD_BEFORE",
-                    "loadavg_after": " ".join(open("/proc/loadavg").read().split()[:3])},
-           "berth": {"version": "$("$B" --version | head -1)", "git": "$(git_describe)"},
-           "failed": failed, "summary": summary, "deltas_ms": deltas},
-          open(sys.argv[2], "w"), indent=1)
-print("| variant | median ms | IQR | more than plain, ms (per round) |")
-print("|---|---:|---:|---:|")
-for t in tools:
-    s = summary.get(t)
-    if not s: continue
-    d = deltas.get(t)
-    print(f"| {t} | {s['median']:.2f} | {s['p25']:.2f}–{s['p75']:.2f} | {d['median']:+.2f} |" if d else
-          f"| {t} | {s['median']:.2f} | {s['p25']:.2f}–{s['p75']:.2f} | |")
-sys.exit(1 if failed else 0)
-PY
+jq -n --arg stamp "$STAMP" --argjson smoke "$SMOKE" --argjson runs "$RUNS" \
+    --arg load_before "$LOAD_BEFORE" --arg berth_version "$("$B" --version | head -1)" \
+    --arg git "$(git_describe)" \
+    '{time_utc: $stamp, smoke: ($smoke == 1), runs: $runs, loadavg_before: $load_before,
+      berth: {version: $berth_version, git: $git}}' > "$W/logs/meta.json"
+python3 "$HERE/lib/inject-report.py" "$W/logs/starts.tsv" "$W/logs/meta.json" "$OUT"
 log "results: $OUT"

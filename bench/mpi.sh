@@ -22,33 +22,23 @@ REPO_ROOT=$(cd "$HERE/.." && pwd)
 # berth and the helpers run as the unprivileged user: work from /, not
 # from the caller's directory (a clone under a 0700 directory, say).
 cd /
+BENCH_NAME=mpi.sh
+# shellcheck source=bench/lib/common.sh
+source "$HERE/lib/common.sh"
+bench_defaults   # WORK BENCH_USER REGISTRY BERTH_BIN ...
 RUNS=10
 ITERS=2000
 SMOKE=0
-while (($#)); do
-    case $1 in
-        --runs) RUNS=$2; shift 2 ;;
-        --smoke) RUNS=1; ITERS=200; SMOKE=1; shift ;;
-        -h|--help) sed -n 2,18p "$0"; exit 0 ;;
-        *) echo "mpi.sh: unknown option $1" >&2; exit 2 ;;
-    esac
-done
-BENCH_NAME=mpi.sh
-WORK=${BERTH_BENCH_WORK:-/var/tmp/berth-bench}
-BENCH_USER=${BERTH_BENCH_USER:-berthtest}
-REGISTRY=127.0.0.1:5000
-BERTH_BIN=${BERTH_BENCH_BIN_DIR:-$REPO_ROOT/target/release}/berth
-# shellcheck source=bench/lib/common.sh
-source "$HERE/lib/common.sh"
-[[ $(id -u) == 0 ]] || die "run as root (it installs MPICH and switches to $BENCH_USER)"
+usage() { sed -n 2,18p "$HERE/mpi.sh"; }
+bench_options --runs=RUNS --smoke:SMOKE=1 -- "$@"
+if ((SMOKE)); then RUNS=1; ITERS=200; fi
+bench_int --runs "$RUNS"
+bench_start "it installs MPICH and switches to $BENCH_USER"
 [[ -x $BERTH_BIN ]] || die "no berth binary at $BERTH_BIN (cargo build --release)"
 install_packages mpich libmpich-dev umoci skopeo jq curl
 bench_user_setup
 ensure_registry
-if [[ ! -e $WORK/oci.done ]]; then
-    log "no base image yet: running bench/pull.sh --smoke --tools berth to build it"
-    "$HERE/pull.sh" --smoke --tools berth > /dev/null
-fi
+need_base_layout
 W=$WORK/mpi
 rm -rf "$W/site" "$W/logs"
 install -d -m 0755 "$W" "$W/bin" "$W/site/modules.d" "$W/logs"
@@ -100,49 +90,13 @@ done
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 OUT=$HERE/results/mpi-$STAMP.json
 install -d "$HERE/results"
-python3 - "$TSV" "$OUT" <<PY
-import json, os, platform, statistics, sys
-rounds, failed = {}, 0
-for line in open(sys.argv[1]):
-    r, v, rest = line.rstrip("\n").split("\t", 2)
-    f = rest.split()
-    if len(f) != 4:
-        failed += 1
-        continue
-    rounds.setdefault(r, {})[v] = (float(f[1]), float(f[3]))
-summary, ratios = {}, {}
-for v in ["native", "image", "host"]:
-    lat = [x[v][0] for x in rounds.values() if v in x]
-    bw = [x[v][1] for x in rounds.values() if v in x]
-    if lat:
-        summary[v] = {"n": len(lat), "latency_us": round(statistics.median(lat), 3),
-                      "bandwidth_MBps": round(statistics.median(bw), 1)}
-    if v != "native":
-        rl = [x[v][0] / x["native"][0] for x in rounds.values() if v in x and "native" in x]
-        rb = [x[v][1] / x["native"][1] for x in rounds.values() if v in x and "native" in x]
-        if rl:
-            ratios[v] = {"latency": round(statistics.median(rl), 4),
-                         "bandwidth": round(statistics.median(rb), 4)}
-json.dump({"benchmark": "mpi-pingpong", "time_utc": "$STAMP", "smoke": bool($SMOKE),
-           "runs": $RUNS, "iterations": $ITERS,
-           "how": {"native": "mpiexec.hydra -n 2 pingpong (host MPICH)",
-                   "image": "mpiexec.hydra -n 2 berth run IMAGE pingpong (the image's MPICH)",
-                   "host": "mpiexec.hydra -n 2 berth run --mpi IMAGE pingpong (host MPICH injected)"},
-           "host": {"kernel": platform.release(), "cpus": os.cpu_count(),
-                    "loadavg_before": "$LOAD_BEFORE",
-                    "loadavg_after": " ".join(open("/proc/loadavg").read().split()[:3])},
-           "berth": {"version": "$("$B" --version | head -1)", "git": "$(git_describe)"},
-           "versions": {"mpich": "$(mpichversion 2>/dev/null | sed -n 's/MPICH Version:[[:space:]]*//p' | head -1)"},
-           "host_libmpi": "$HOST_LIBMPI",
-           "failed": failed, "summary": summary, "ratios": ratios},
-          open(sys.argv[2], "w"), indent=1)
-print("| variant | latency µs (8 B) | bandwidth MB/s (1 MiB) | latency / native | bandwidth / native |")
-print("|---|---:|---:|---:|---:|")
-for v in ["native", "image", "host"]:
-    s = summary.get(v)
-    if not s: continue
-    r = ratios.get(v, {})
-    print(f"| {v} | {s['latency_us']:.2f} | {s['bandwidth_MBps']:.0f} | {r.get('latency', 1):.3f} | {r.get('bandwidth', 1):.3f} |")
-sys.exit(1 if failed else 0)
-PY
+jq -n --arg stamp "$STAMP" --argjson smoke "$SMOKE" --argjson runs "$RUNS" --argjson iters "$ITERS" \
+    --arg load_before "$LOAD_BEFORE" --arg berth_version "$("$B" --version | head -1)" \
+    --arg git "$(git_describe)" \
+    --arg mpich "$(mpichversion 2>/dev/null | sed -n 's/MPICH Version:[[:space:]]*//p' | head -1)" \
+    --arg host_libmpi "$HOST_LIBMPI" \
+    '{time_utc: $stamp, smoke: ($smoke == 1), runs: $runs, iterations: $iters,
+      loadavg_before: $load_before, berth: {version: $berth_version, git: $git},
+      versions: {mpich: $mpich}, host_libmpi: $host_libmpi}' > "$W/logs/meta.json"
+python3 "$HERE/lib/mpi-report.py" "$TSV" "$W/logs/meta.json" "$OUT"
 log "results: $OUT"

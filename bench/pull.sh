@@ -30,23 +30,21 @@ REPO_ROOT=$(cd "$HERE/.." && pwd)
 # berth and the helpers run as the unprivileged user: work from /, not
 # from the caller's directory (a clone under a 0700 directory, say).
 cd /
+BENCH_NAME=pull.sh
+# shellcheck source-path=SCRIPTDIR source=lib/common.sh
+. "$HERE/lib/common.sh"
 
 # ---------------------------------------------------------------------------
 # Defaults and options
 # ---------------------------------------------------------------------------
+bench_defaults   # WORK BENCH_USER REGISTRY IMAGE_PATH BERTH_BIN RESULTS
 RUNS=5
 WARMUP=1
-WORK=${BERTH_BENCH_WORK:-/var/tmp/berth-bench}
-BENCH_USER=${BERTH_BENCH_USER:-berthtest}
-REGISTRY=127.0.0.1:5000
-IMAGE_PATH=bench/debian-python:bookworm
-BERTH_BIN=${BERTH_BENCH_BIN_DIR:-$REPO_ROOT/target/release}/berth
 TOOLS=berth,podman,peer
 MIRROR=                   # empty: read from the apt sources
 BERTH_SQUASHFS=           # empty: berth's own defaults
 PEER_COMP=gzip
 PEER_BLOCK=65536
-RESULTS=$HERE/results
 REBUILD=0
 SMOKE=0
 KEEP=0
@@ -75,44 +73,16 @@ usage: $0 [options]    (run as root)
 EOF
 }
 
-while (($#)); do
-    case $1 in
-        --runs) RUNS=$2; shift ;;
-        --warmup) WARMUP=$2; shift ;;
-        --smoke) SMOKE=1 ;;
-        --tools) TOOLS=$2; shift ;;
-        --berth) BERTH_BIN=$2; shift ;;
-        --berth-squashfs) BERTH_SQUASHFS=$2; shift ;;
-        --peer-comp) PEER_COMP=$2; shift ;;
-        --peer-block) PEER_BLOCK=$2; shift ;;
-        --registry) REGISTRY=$2; shift ;;
-        --user) BENCH_USER=$2; shift ;;
-        --work-dir) WORK=$2; shift ;;
-        --mirror) MIRROR=$2; shift ;;
-        --results) RESULTS=$2; shift ;;
-        --rebuild) REBUILD=1 ;;
-        --keep) KEEP=1 ;;
-        -h|--help) usage; exit 0 ;;
-        *) usage >&2; exit 2 ;;
-    esac
-    shift
-done
+bench_options --runs=RUNS --warmup=WARMUP --smoke:SMOKE=1 --tools=TOOLS \
+    --berth-squashfs=BERTH_SQUASHFS --peer-comp=PEER_COMP --peer-block=PEER_BLOCK \
+    --mirror=MIRROR --rebuild:REBUILD=1 --keep:KEEP=1 common -- "$@"
 if ((SMOKE)); then RUNS=1; WARMUP=0; fi
-[[ $RUNS =~ ^[1-9][0-9]*$ ]] || { echo "--runs must be a positive integer" >&2; exit 2; }
-[[ $WARMUP =~ ^[0-9]+$ ]] || { echo "--warmup must be a non-negative integer" >&2; exit 2; }
-IFS=, read -r -a TOOL_LIST <<< "$TOOLS"
-for t in "${TOOL_LIST[@]}"; do
-    [[ $t == berth || $t == podman || $t == peer ]] || { echo "unknown tool: $t" >&2; exit 2; }
-done
+bench_int --runs "$RUNS"
+bench_int --warmup "$WARMUP" 0
+bench_list TOOL_LIST "$TOOLS" berth,podman,peer tool
 IMAGE_REF=$REGISTRY/$IMAGE_PATH
 
-BENCH_NAME=pull.sh
-# shellcheck source-path=SCRIPTDIR source=lib/common.sh
-. "$HERE/lib/common.sh"
-trap 'echo "pull.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
-
-[[ $(id -u) == 0 ]] || die "run as root (it installs packages and switches to user $BENCH_USER)"
-umask 022
+bench_start "it installs packages and switches to user $BENCH_USER"
 
 # ---------------------------------------------------------------------------
 # Packages (only when missing)
@@ -179,14 +149,17 @@ fresh() {
 
 # The timed commands. Each runs as the user and leaves its result in
 # $RUNDIR/TOOL.
+# shellcheck disable=SC2317   # called as "cmd_$tool"
 cmd_berth() {
     as_user "$WORK/bin/berth" --store "$RUNDIR/berth/store" \
         pull --tls-verify=false -q "$IMAGE_REF"
 }
+# shellcheck disable=SC2317   # called as "cmd_$tool"
 cmd_podman() {
     as_user podman --root "$RUNDIR/podman/root" --runroot "$RUNDIR/podman/runroot" \
         --storage-driver overlay pull --tls-verify=false -q "$IMAGE_REF"
 }
+# shellcheck disable=SC2317   # called as "cmd_$tool"
 cmd_peer() {
     as_user "$WORK/bin/peer-pull.sh" "$IMAGE_REF" "$RUNDIR/peer" "$PEER_COMP" "$PEER_BLOCK"
 }
@@ -260,6 +233,7 @@ for ((r = 0; r < total; r++)); do
             PEER_SQFS=$(squashfs_params "$RUNDIR/peer/image.sqfs")
         fi
         if [[ $status == ok && $tool == podman && -z ${PODMAN_GRAPH:-} ]]; then
+            # shellcheck disable=SC2016   # a Go template for podman, not shell
             PODMAN_GRAPH=$(as_user podman --root "$RUNDIR/podman/root" --runroot "$RUNDIR/podman/runroot" \
                 --storage-driver overlay info --format \
                 '{{.Store.GraphDriverName}} ({{range $k, $v := .Store.GraphStatus}}{{$k}}: {{$v}}; {{end}})' \

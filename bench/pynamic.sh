@@ -20,22 +20,18 @@ ROOT=$(cd "$HERE/.." && pwd)
 # berth and the helpers run as the unprivileged user: work from /, not
 # from the caller's directory (a clone under a 0700 directory, say).
 cd /
+BENCH_NAME=pynamic.sh
+# log, die and the option parsing (this script keeps its own WORK and user)
+# shellcheck source=bench/lib/common.sh
+source "$HERE/lib/common.sh"
 DELAYS="0 200 500 1000"
 RANKS="1 8"
 MODULES=300 FUNCTIONS=100 UTILS=100
 SMOKE=0
-while (($#)); do
-    case $1 in
-        --delays-us) DELAYS=$2; shift 2 ;;
-        --ranks) RANKS=$2; shift 2 ;;
-        --smoke) DELAYS="0 500"; RANKS="1 2"; MODULES=20 FUNCTIONS=5 UTILS=5; SMOKE=1; shift ;;
-        -h|--help) sed -n 2,17p "$0"; exit 0 ;;
-        *) echo "pynamic.sh: unknown option $1" >&2; exit 2 ;;
-    esac
-done
-[[ $(id -u) == 0 ]] || { echo "pynamic.sh: run as root (it mounts latencyfs, runs the tests as berthtest)" >&2; exit 1; }
-log() { echo "pynamic.sh: $*" >&2; }
-die() { echo "pynamic.sh: ERROR: $*" >&2; exit 1; }
+usage() { sed -n 2,16p "$HERE/pynamic.sh"; }
+bench_options --delays-us=DELAYS --ranks=RANKS --smoke:SMOKE=1 -- "$@"
+if ((SMOKE)); then DELAYS="0 500"; RANKS="1 2"; MODULES=20 FUNCTIONS=5 UTILS=5; fi
+bench_start "it mounts latencyfs, runs the tests as berthtest"
 
 USER_NAME=${BERTH_BENCH_USER:-berthtest}
 id "$USER_NAME" >/dev/null 2>&1 || die "user $USER_NAME missing: run tests/setup/setup.sh or bench/pull.sh first"

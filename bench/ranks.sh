@@ -40,22 +40,22 @@ set -Eeuo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$HERE/.." && pwd)
+BENCH_NAME=ranks.sh
+# shellcheck source-path=SCRIPTDIR source=lib/common.sh
+. "$HERE/lib/common.sh"
+# shellcheck source-path=SCRIPTDIR source=lib/node.sh
+. "$HERE/lib/node.sh"
 
 # ---------------------------------------------------------------------------
 # Defaults and options
 # ---------------------------------------------------------------------------
+bench_defaults   # WORK BENCH_USER REGISTRY IMAGE_PATH BERTH_BIN RESULTS
 REPS=5
 RANKS=1,8,32,64
 CASES=true,python
 ALL_TOOLS=berth-warm,berth-cold,ch-run-sqfs,ch-run-dir,ch-run-sqfs-join
 TOOLS=berth-warm,berth-cold,ch-run-sqfs,ch-run-dir
 WARMUP=1
-WORK=${BERTH_BENCH_WORK:-/var/tmp/berth-bench}
-BENCH_USER=${BERTH_BENCH_USER:-berthtest}
-REGISTRY=127.0.0.1:5000
-IMAGE_PATH=bench/debian-python:bookworm
-BERTH_BIN=${BERTH_BENCH_BIN_DIR:-$REPO_ROOT/target/release}/berth
-RESULTS=$HERE/results
 HOST_FIXES=1
 FRESH=0
 SMOKE=0
@@ -84,61 +84,18 @@ usage: $0 [options]    (run as root)
 EOF
 }
 
-while (($#)); do
-    case $1 in
-        --reps) REPS=$2; shift ;;
-        --ranks) RANKS=$2; shift ;;
-        --cases) CASES=$2; shift ;;
-        --tools) TOOLS=$2; shift ;;
-        --no-warmup) WARMUP=0 ;;
-        --smoke) SMOKE=1 ;;
-        --berth) BERTH_BIN=$2; shift ;;
-        --registry) REGISTRY=$2; shift ;;
-        --user) BENCH_USER=$2; shift ;;
-        --work-dir) WORK=$2; shift ;;
-        --results) RESULTS=$2; shift ;;
-        --no-host-fixes) HOST_FIXES=0 ;;
-        --fresh) FRESH=1 ;;
-        -h|--help) usage; exit 0 ;;
-        *) usage >&2; exit 2 ;;
-    esac
-    shift
-done
+bench_options --reps=REPS --ranks=RANKS --cases=CASES --tools=TOOLS --no-warmup:WARMUP=0 \
+    --smoke:SMOKE=1 --no-host-fixes:HOST_FIXES=0 --fresh:FRESH=1 common -- "$@"
 if ((SMOKE)); then REPS=1; RANKS=1,8; fi
-[[ $REPS =~ ^[1-9][0-9]*$ ]] || { echo "--reps must be a positive integer" >&2; exit 2; }
+bench_int --reps "$REPS"
 IFS=, read -r -a RANK_LIST <<< "$RANKS"
 for n in "${RANK_LIST[@]}"; do
     [[ $n =~ ^[1-9][0-9]*$ ]] || { echo "--ranks: $n is not a positive integer" >&2; exit 2; }
 done
-IFS=, read -r -a TOOL_LIST <<< "$TOOLS"
-for t in "${TOOL_LIST[@]}"; do
-    [[ ,$ALL_TOOLS, == *,$t,* ]] || { echo "unknown tool: $t" >&2; exit 2; }
-done
-IFS=, read -r -a CASE_LIST <<< "$CASES"
-for c in "${CASE_LIST[@]}"; do
-    [[ $c == true || $c == python ]] || { echo "unknown case: $c" >&2; exit 2; }
-done
+bench_list TOOL_LIST "$TOOLS" "$ALL_TOOLS" tool
+bench_list CASE_LIST "$CASES" true,python case
 
-BENCH_NAME=ranks.sh
-# shellcheck source-path=SCRIPTDIR source=lib/common.sh
-. "$HERE/lib/common.sh"
-# shellcheck source-path=SCRIPTDIR source=lib/node.sh
-. "$HERE/lib/node.sh"
-trap 'echo "ranks.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
-
-[[ $(id -u) == 0 ]] || die "run as root (it installs packages and switches to user $BENCH_USER)"
-umask 022
-
-# case_argv CASE: the command of each case, one word a line. "probe" checks
-# that a tool runs in the image, not on the host: the image has python3 and
-# no jq, the host has both.
-case_argv() {
-    case $1 in
-        true) echo true ;;
-        python) printf '%s\n' python3 -c pass ;;
-        probe) printf '%s\n' sh -c 'test -x /usr/bin/python3 && ! test -e /usr/bin/jq' ;;
-    esac
-}
+bench_start "it installs packages and switches to user $BENCH_USER"
 
 # ---------------------------------------------------------------------------
 # Packages, user, base image

@@ -21,34 +21,24 @@ set -Eeuo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$HERE/.." && pwd)
 cd /
-RUNS=10
-SMOKE=0
-while (($#)); do
-    case $1 in
-        --runs) RUNS=$2; shift 2 ;;
-        --smoke) RUNS=1; SMOKE=1; shift ;;
-        -h|--help) sed -n 2,20p "$0"; exit 0 ;;
-        *) echo "slurm.sh: unknown option $1" >&2; exit 2 ;;
-    esac
-done
 BENCH_NAME=slurm.sh
-WORK=${BERTH_BENCH_WORK:-/var/tmp/berth-bench}
-BENCH_USER=${BERTH_BENCH_USER:-berthtest}
-REGISTRY=127.0.0.1:5000
-BIN_DIR=${BERTH_BENCH_BIN_DIR:-$REPO_ROOT/target/release}
 # shellcheck source=bench/lib/common.sh
 source "$HERE/lib/common.sh"
-[[ $(id -u) == 0 ]] || die "run as root (it starts a Slurm cluster and switches to $BENCH_USER)"
+bench_defaults   # WORK BENCH_USER REGISTRY BIN_DIR ...
+RUNS=10
+SMOKE=0
+usage() { sed -n 2,19p "$HERE/slurm.sh"; }
+bench_options --runs=RUNS --smoke:SMOKE=1 -- "$@"
+if ((SMOKE)); then RUNS=1; fi
+bench_int --runs "$RUNS"
+bench_start "it starts a Slurm cluster and switches to $BENCH_USER"
 for f in berth libberth_spank.so; do
     [[ -e $BIN_DIR/$f ]] || die "no $f in $BIN_DIR (cargo build --release -p berth -p berth-slurm)"
 done
 install_packages slurm-wlm munge mpich libmpich-dev umoci skopeo jq curl
 bench_user_setup
 ensure_registry
-if [[ ! -e $WORK/oci.done ]]; then
-    log "no base image yet: running bench/pull.sh --smoke --tools berth to build it"
-    "$HERE/pull.sh" --smoke --tools berth > /dev/null
-fi
+need_base_layout
 W=$WORK/slurm
 rm -rf "$W"
 install -d -m 0755 "$W" "$W/bin" "$W/logs" "$W/site"
@@ -117,48 +107,12 @@ done
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 OUT=$HERE/results/slurm-$STAMP.json
 install -d "$HERE/results"
-python3 - "$TSV" "$OUT" <<PY
-import json, os, platform, statistics, sys
-rounds, failed = {}, 0
-for line in open(sys.argv[1]):
-    r, c, v, us = line.rstrip("\n").split("\t")
-    if us == "failed":
-        failed += 1
-        continue
-    rounds.setdefault((c, r), {})[v] = int(us) / 1000.0
-cases = ["true", "mpi", "mpi3"]
-summary, ratios = {}, {}
-for c in cases:
-    for v in ["native", "shared", "per-task"]:
-        ms = [x[v] for (cc, _), x in rounds.items() if cc == c and v in x]
-        if ms:
-            summary.setdefault(c, {})[v] = {"n": len(ms), "median_ms": round(statistics.median(ms), 1),
-                                            "min_ms": round(min(ms), 1)}
-        if v != "native":
-            rr = [x[v] / x["native"] for (cc, _), x in rounds.items() if cc == c and v in x and "native" in x]
-            if rr:
-                ratios.setdefault(c, {})[v] = round(statistics.median(rr), 3)
-json.dump({"benchmark": "slurm-start", "time_utc": "$STAMP", "smoke": bool($SMOKE), "runs": $RUNS,
-           "how": {"true": "srun -N1 -n16 -O true", "mpi": "srun --mpi=pmi2 -N1 -n16 -O mpi-probe",
-                   "mpi3": "srun --mpi=pmi2 -N3 -n6 -O mpi-probe",
-                   "shared": "--container-image=REGISTRY/berth-test/mpich:latest (one container per node)",
-                   "per-task": "--container-image=... --container-mode=per-task"},
-           "host": {"kernel": platform.release(), "cpus": os.cpu_count(),
-                    "loadavg_before": "$LOAD_BEFORE",
-                    "loadavg_after": " ".join(open("/proc/loadavg").read().split()[:3])},
-           "berth": {"version": "$("$W/bin/berth" --version | head -1)", "git": "$(git_describe)"},
-           "versions": {"slurm": "$(slurmd -V 2>/dev/null | head -1)",
-                        "mpich": "$(mpichversion 2>/dev/null | sed -n 's/MPICH Version:[[:space:]]*//p' | head -1)"},
-           "failed": failed, "summary": summary, "ratios": ratios},
-          open(sys.argv[2], "w"), indent=1)
-print("| case | native ms | shared ms | per-task ms | shared / native | per-task / native |")
-print("|---|---:|---:|---:|---:|---:|")
-for c in cases:
-    s = summary.get(c, {})
-    if "native" not in s: continue
-    g = lambda v: f"{s[v]['median_ms']:.0f}" if v in s else ""
-    r = ratios.get(c, {})
-    print(f"| {c} | {g('native')} | {g('shared')} | {g('per-task')} | {r.get('shared', 0):.2f} | {r.get('per-task', 0):.2f} |")
-sys.exit(1 if failed else 0)
-PY
+jq -n --arg stamp "$STAMP" --argjson smoke "$SMOKE" --argjson runs "$RUNS" \
+    --arg load_before "$LOAD_BEFORE" --arg berth_version "$("$W/bin/berth" --version | head -1)" \
+    --arg git "$(git_describe)" --arg slurm "$(slurmd -V 2>/dev/null | head -1)" \
+    --arg mpich "$(mpichversion 2>/dev/null | sed -n 's/MPICH Version:[[:space:]]*//p' | head -1)" \
+    '{time_utc: $stamp, smoke: ($smoke == 1), runs: $runs, loadavg_before: $load_before,
+      berth: {version: $berth_version, git: $git}, versions: {slurm: $slurm, mpich: $mpich}}' \
+    > "$W/logs/meta.json"
+python3 "$HERE/lib/slurm-report.py" "$TSV" "$W/logs/meta.json" "$OUT"
 log "results: $OUT"

@@ -13,20 +13,20 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # berth and the helpers run as the unprivileged user: work from /, not
 # from the caller's directory (a clone under a 0700 directory, say).
 cd /
+BENCH_NAME=squashfs-settings.sh
+# log, die and the option parsing (this script keeps its own WORK and user)
+# shellcheck source=bench/lib/common.sh
+source "$HERE/lib/common.sh"
 RUNS=10
 SMOKE=0
-while (($#)); do
-    case $1 in
-        --runs) RUNS=$2; shift 2 ;;
-        --smoke) RUNS=2; SMOKE=1; shift ;;
-        -h|--help) sed -n 2,10p "$0"; exit 0 ;;
-        *) echo "unknown option $1" >&2; exit 2 ;;
-    esac
-done
+usage() { sed -n 2,10p "$HERE/squashfs-settings.sh"; }
+bench_options --runs=RUNS --smoke:SMOKE=1 -- "$@"
+if ((SMOKE)); then RUNS=2; fi
+bench_int --runs "$RUNS"
 WORK=${BERTH_BENCH_DIR:-/var/tmp/berth-bench}
 REF=${BERTH_BENCH_IMAGE:-127.0.0.1:5000/bench/debian-python:bookworm}
 USER_NAME=${BERTH_BENCH_USER:-berthtest}
-[[ $(id -u) == 0 ]] || { echo "run as root (it switches to $USER_NAME)" >&2; exit 1; }
+bench_start "it switches to $USER_NAME"
 # The image comes from bench/pull.sh (which builds and pushes it when missing).
 if [[ $(curl -s -o /dev/null -w '%{http_code}' "http://${REF%%/*}/v2/${REF#*/}" | head -c3) != 200 ]] \
     && ! curl -sf -o /dev/null -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
@@ -37,7 +37,6 @@ fi
 BIN=$WORK/bin/berth-settings
 install -d -m 0755 "$WORK/bin" "$HERE/results"
 install -m 0755 "${BERTH_BENCH_BIN_DIR:-$HERE/../target/release}/berth" "$BIN"
-UID_N=$(id -u "$USER_NAME")
 RUN=$WORK/settings
 rm -rf "$RUN"; install -d -m 0755 -o "$USER_NAME" -g "$USER_NAME" "$RUN"
 

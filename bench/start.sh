@@ -35,22 +35,22 @@ REPO_ROOT=$(cd "$HERE/.." && pwd)
 # berth and the helpers run as the unprivileged user: work from /, not
 # from the caller's directory (a clone under a 0700 directory, say).
 cd /
+BENCH_NAME=start.sh
+# shellcheck source-path=SCRIPTDIR source=lib/common.sh
+. "$HERE/lib/common.sh"
+# shellcheck source-path=SCRIPTDIR source=lib/node.sh
+. "$HERE/lib/node.sh"
 
 # ---------------------------------------------------------------------------
 # Defaults and options
 # ---------------------------------------------------------------------------
+bench_defaults   # WORK BENCH_USER REGISTRY IMAGE_PATH BERTH_BIN RESULTS
 RUNS=30
 WARMUP=3
-WORK=${BERTH_BENCH_WORK:-/var/tmp/berth-bench}
-BENCH_USER=${BERTH_BENCH_USER:-berthtest}
-REGISTRY=127.0.0.1:5000
-IMAGE_PATH=bench/debian-python:bookworm
-BERTH_BIN=${BERTH_BENCH_BIN_DIR:-$REPO_ROOT/target/release}/berth
 ALL_TOOLS=berth,ch-run-dir,ch-run-sqfs,crun,podman,unshare
 TOOLS=$ALL_TOOLS
 CASES=true,python
 TIMING_RUNS=10
-RESULTS=$HERE/results
 HOST_FIXES=1
 FRESH=0
 SMOKE=0
@@ -80,57 +80,16 @@ usage: $0 [options]    (run as root)
 EOF
 }
 
-while (($#)); do
-    case $1 in
-        --runs) RUNS=$2; shift ;;
-        --warmup) WARMUP=$2; shift ;;
-        --smoke) SMOKE=1 ;;
-        --tools) TOOLS=$2; shift ;;
-        --cases) CASES=$2; shift ;;
-        --timing-runs) TIMING_RUNS=$2; shift ;;
-        --berth) BERTH_BIN=$2; shift ;;
-        --registry) REGISTRY=$2; shift ;;
-        --user) BENCH_USER=$2; shift ;;
-        --work-dir) WORK=$2; shift ;;
-        --results) RESULTS=$2; shift ;;
-        --no-host-fixes) HOST_FIXES=0 ;;
-        --fresh) FRESH=1 ;;
-        -h|--help) usage; exit 0 ;;
-        *) usage >&2; exit 2 ;;
-    esac
-    shift
-done
+bench_options --runs=RUNS --warmup=WARMUP --smoke:SMOKE=1 --tools=TOOLS --cases=CASES \
+    --timing-runs=TIMING_RUNS --no-host-fixes:HOST_FIXES=0 --fresh:FRESH=1 common -- "$@"
 if ((SMOKE)); then RUNS=3; WARMUP=1; TIMING_RUNS=3; fi
-[[ $RUNS =~ ^[1-9][0-9]*$ ]] || { echo "--runs must be a positive integer" >&2; exit 2; }
-[[ $WARMUP =~ ^[1-9][0-9]*$ ]] || { echo "--warmup must be at least 1" >&2; exit 2; }
-[[ $TIMING_RUNS =~ ^[0-9]+$ ]] || { echo "--timing-runs must be a non-negative integer" >&2; exit 2; }
-IFS=, read -r -a TOOL_LIST <<< "$TOOLS"
-for t in "${TOOL_LIST[@]}"; do
-    [[ ,$ALL_TOOLS,runc, == *,$t,* ]] || { echo "unknown tool: $t" >&2; exit 2; }
-done
-IFS=, read -r -a CASE_LIST <<< "$CASES"
-for c in "${CASE_LIST[@]}"; do
-    [[ $c == true || $c == python ]] || { echo "unknown case: $c" >&2; exit 2; }
-done
+bench_int --runs "$RUNS"
+bench_int --warmup "$WARMUP"
+bench_int --timing-runs "$TIMING_RUNS" 0
+bench_list TOOL_LIST "$TOOLS" "$ALL_TOOLS,runc" tool
+bench_list CASE_LIST "$CASES" true,python case
 
-BENCH_NAME=start.sh
-# shellcheck source-path=SCRIPTDIR source=lib/common.sh
-. "$HERE/lib/common.sh"
-trap 'echo "start.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
-
-[[ $(id -u) == 0 ]] || die "run as root (it installs packages and switches to user $BENCH_USER)"
-umask 022
-
-# case_argv CASE: the command of each case, one word a line. "probe" checks
-# that a tool runs in the image, not on the host: the image has python3 and
-# no jq, the host has both.
-case_argv() {
-    case $1 in
-        true) echo true ;;
-        python) printf '%s\n' python3 -c pass ;;
-        probe) printf '%s\n' sh -c 'test -x /usr/bin/python3 && ! test -e /usr/bin/jq' ;;
-    esac
-}
+bench_start "it installs packages and switches to user $BENCH_USER"
 
 # ---------------------------------------------------------------------------
 # Packages, user, registry, image
@@ -168,12 +127,7 @@ install -m 0755 "$HERE/lib/start-loop.py" "$WORK/bin/start-loop.py"
 # Host set-up the peers need here (see the peers-baseline notes)
 # ---------------------------------------------------------------------------
 HOST_FIXES_DONE=()
-fuse_mode=$(stat -c %a /dev/fuse 2>/dev/null || echo missing)
-if [[ $fuse_mode != 666 ]] && ((HOST_FIXES)) && [[ -c /dev/fuse ]]; then
-    log "chmod 0666 /dev/fuse (was $fuse_mode; distributions ship 0666, rootless FUSE needs it)"
-    chmod 0666 /dev/fuse
-    HOST_FIXES_DONE+=("chmod 0666 /dev/fuse (was $fuse_mode)")
-fi
+fuse_fix
 
 # hugetlb_fix: crun 1.8 refuses a hybrid cgroup layout ("cgroups in hybrid
 # mode not supported") while the v2 hierarchy lists a controller that no v1
@@ -202,6 +156,7 @@ PODMAN_RUNTIME=         # empty: podman's default (crun)
 
 # A copy of berth the user can surely execute, whatever the permissions of
 # the checkout.
+# shellcheck disable=SC2317   # called through setup's $prep
 prep_berth() {
     [[ -x $BERTH_BIN ]] || { echo "no berth binary at $BERTH_BIN (cargo build --release, or --berth PATH)"; return 1; }
     install -m 0755 "$BERTH_BIN" "$WORK/bin/berth" || return 1
@@ -214,6 +169,7 @@ prep_berth() {
 
 # The OCI layout of pull.sh is root's (mode 0600 files): the user unpacks a
 # copy of it.
+# shellcheck disable=SC2317   # called by prep_oci and prep_ch_* (setup's $prep)
 prep_bundle() {
     [[ -e $SW/bundle.done ]] && return 0
     rm -rf "$SW/oci" "$BUNDLE"
@@ -229,6 +185,7 @@ source "$HERE/lib/charliecloud.sh"
 
 # One bundle per case for crun/runc: a config.json (terminal off, the
 # case's command) whose root is the shared unpacked rootfs.
+# shellcheck disable=SC2317   # called through setup's $prep
 prep_oci() {
     local c args
     prep_bundle || return 1
@@ -243,6 +200,7 @@ prep_oci() {
     install -d -m 0700 -o "$BUID" -g "$BGID" "$SW/oci-state"
 }
 
+# shellcheck disable=SC2317   # called through setup's $prep
 prep_podman() {
     if ! as_user "${PODMAN[@]}" image exists "$IMAGE_REF" 2>/dev/null; then
         rm -rf "$SW/podman"
@@ -361,31 +319,17 @@ done
 KEEPER_DIR=
 if [[ " ${READY[*]} " == *" berth "* ]]; then
     id=$(as_user env BERTH_STORE="$SW/berth-store" "$WORK/bin/berth" inspect "$IMAGE_REF" | jq -r .id)
-    id=${id#sha256:}
-    KEEPER_DIR=$UDIR/runtime/berth/keepers/${id:0:16}-user
+    KEEPER_DIR=$(keeper_dir "$UDIR/runtime" "$id")
 fi
 
-# stop_keeper: berth's keeper for the image, if it runs. Stopping its
-# squashfuse_ll server makes the keeper leave by its own exit path within
-# 250 ms (a signal to the keeper itself works too, but leaves its pid file
-# behind). Only the keeper named in its pid file, owned by the user, and
-# that keeper's own squashfuse_ll child are touched.
-stop_keeper() {
-    local pid child i
-    [[ -n $KEEPER_DIR && -e $KEEPER_DIR/pid ]] || return 0
-    pid=$(cat "$KEEPER_DIR/pid")
-    [[ $pid =~ ^[0-9]+$ && $(stat -c %u "/proc/$pid" 2>/dev/null) == "$BUID" ]] || return 0
-    tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q __keeper || return 0
-    for child in $(pgrep -P "$pid" -x squashfuse_ll || true); do
-        kill -TERM "$child" 2>/dev/null || true
-    done
-    for ((i = 0; i < 50; i++)); do
-        kill -0 "$pid" 2>/dev/null || return 0
-        sleep 0.1
-    done
-    log "berth's keeper $pid did not stop"
+# cleanup: berth's keeper for the image, if it runs (node.sh's stop_keeper:
+# stopping its squashfuse_ll server makes the keeper leave by its own exit
+# path; a signal to the keeper itself works too, but leaves its pid file
+# behind), and podman's pause process.
+cleanup() {
+    if [[ -n $KEEPER_DIR ]]; then stop_keeper "$KEEPER_DIR" || true; fi
+    stop_podman_pause
 }
-cleanup() { stop_keeper; stop_podman_pause; }
 trap cleanup EXIT
 cleanup
 

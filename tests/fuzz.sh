@@ -114,7 +114,8 @@ devices = ["/dev/cxi0"]
 FI_PROVIDER = "cxi"
 """)
 PY
-[[ -r /etc/ld.so.cache ]] && cp /etc/ld.so.cache corpus/ldcache/seed-host 2>/dev/null || install -d corpus/ldcache
+install -d corpus/ldcache
+if [[ -r /etc/ld.so.cache ]]; then cp /etc/ld.so.cache corpus/ldcache/seed-host 2>/dev/null || true; fi
 
 declare -A EXECS
 status=0

@@ -19,6 +19,8 @@ fi
 bash tests/setup/setup.sh
 trap 'bash tests/setup/teardown.sh >/dev/null 2>&1 || true' EXIT
 
+echo "== lint: shellcheck and flake8 (tests/lint.sh)"
+bash tests/lint.sh
 echo "== cargo fmt --check"
 cargo fmt --all --check
 echo "== cargo clippy"

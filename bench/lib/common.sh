@@ -1,17 +1,26 @@
-# Shared set-up for the benchmarks in bench/ (sourced by pull.sh and
-# start.sh, which run as root and switch to an unprivileged user for every
-# timed command).
+# Shared set-up for the benchmarks in bench/ (sourced by the scripts that
+# run as root and switch to an unprivileged user for every timed command).
 #
-# The sourcing script sets, before calling anything here:
+# The sourcing script sets, before sourcing this file:
 #   BENCH_NAME       prefix of log lines ("pull.sh")
+#   REPO_ROOT        the checkout (for tests/setup/setup.sh)
+# then calls bench_defaults, which sets (options may change them):
 #   WORK             cache and scratch space (default /var/tmp/berth-bench)
 #   BENCH_USER       the unprivileged user (default berthtest)
 #   REGISTRY         the loopback registry, HOST:PORT
-#   REPO_ROOT        the checkout (for tests/setup/setup.sh)
 # and, before as_user:
 #   BERTH_SITE_CONF  the berth site config the user's berth reads
 #
+# A benchmark's prologue, after sourcing:
+#   bench_defaults; its own defaults; usage() { ...; }
+#   bench_options SPEC... -- "$@"; its checks (bench_int, bench_list)
+#   bench_start "what it needs root for"
+#
 # Functions set these globals:
+#   bench_defaults     WORK BENCH_USER REGISTRY IMAGE_PATH BIN_DIR BERTH_BIN
+#                      RESULTS
+#   bench_options      the variables its SPECs name
+#   bench_list         the array it is given
 #   bench_user_setup   BUID BGID BHOME UDIR
 #   bench_image        ROOTFS LAYOUT TAG IMAGE_REF IMAGE_MANIFEST_DIGEST
 #                      LAYER_BYTES LAYER_COUNT ROOTFS_BYTES ROOTFS_ENTRIES
@@ -20,42 +29,108 @@
 log() { echo "$BENCH_NAME: $*" >&2; }
 die() { echo "$BENCH_NAME: ERROR: $*" >&2; exit 1; }
 
-# install_packages PKG...: installs those of PKG that are missing, without
-# recommends.
-install_packages() {
-    local missing=() p policy_rc='' rc=0
-    for p in "$@"; do
-        [[ $(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null) == installed ]] \
-            || missing+=("$p")
-    done
-    ((${#missing[@]})) || return 0
-    log "installing: ${missing[*]}"
-    # policy-rc.d keeps apt from starting services (docker-registry would
-    # take port 5000), as tests/setup/setup.sh does.
-    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-        policy_rc=/usr/sbin/policy-rc.d
-        printf '#!/bin/sh\nexit 101\n' > "$policy_rc"
-        chmod 0755 "$policy_rc"
-    fi
-    { DEBIAN_FRONTEND=noninteractive apt-get update -q &&
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-          --no-install-recommends "${missing[@]}"; } >&2 || rc=$?
-    if [[ -n $policy_rc ]]; then rm -f "$policy_rc"; fi
-    ((rc == 0)) || die "apt-get install ${missing[*]} failed"
+# bench_defaults: the defaults every benchmark shares; the environment
+# variables BERTH_BENCH_WORK, BERTH_BENCH_USER and BERTH_BENCH_BIN_DIR
+# (bench/run.sh --bin-dir) override theirs.
+bench_defaults() {
+    WORK=${BERTH_BENCH_WORK:-/var/tmp/berth-bench}
+    BENCH_USER=${BERTH_BENCH_USER:-berthtest}
+    REGISTRY=127.0.0.1:5000
+    IMAGE_PATH=bench/debian-python:bookworm    # pull.sh's image
+    BIN_DIR=${BERTH_BENCH_BIN_DIR:-$REPO_ROOT/target/release}
+    BERTH_BIN=$BIN_DIR/berth
+    RESULTS=$REPO_ROOT/bench/results
 }
 
-# bench_user_setup: the user and its subordinate ids (as
+# bench_options SPEC... -- ARG...: parses the command line ARG... by the
+# SPECs, one an option:
+#   --name=VAR        an option with a value, stored in VAR
+#   --name:VAR=VALUE  a flag: sets VAR to VALUE
+#   common            the options of bench_defaults' globals: --berth PATH,
+#                     --registry H:P, --user NAME, --work-dir DIR and
+#                     --results DIR
+# -h and --help print usage (the script's function) and exit 0; anything
+# else is an error: a line and usage on stderr, exit status 2.
+bench_options() {
+    local specs=() spec name var
+    while (($#)) && [[ $1 != -- ]]; do
+        if [[ $1 == common ]]; then
+            specs+=(--berth=BERTH_BIN --registry=REGISTRY --user=BENCH_USER
+                    --work-dir=WORK --results=RESULTS)
+        else
+            specs+=("$1")
+        fi
+        shift
+    done
+    shift   # --
+    while (($#)); do
+        if [[ $1 == -h || $1 == --help ]]; then usage; exit 0; fi
+        for spec in "${specs[@]}"; do
+            name=${spec%%[=:]*}
+            [[ $1 == "$name" ]] || continue
+            if [[ ${spec:${#name}:1} == = ]]; then
+                if (($# < 2)); then
+                    echo "$BENCH_NAME: $1 needs a value" >&2
+                    usage >&2
+                    exit 2
+                fi
+                printf -v "${spec#*=}" '%s' "$2"
+                shift
+            else
+                var=${spec#*:}
+                printf -v "${var%%=*}" '%s' "${var#*=}"
+            fi
+            shift
+            continue 2
+        done
+        echo "$BENCH_NAME: unknown option $1" >&2
+        usage >&2
+        exit 2
+    done
+}
+
+# bench_int OPTION VALUE [MIN]: exits (status 2) unless VALUE is a whole
+# number of at least MIN, 1 (the default) or 0.
+bench_int() {
+    if [[ ${3:-1} == 0 ]]; then
+        [[ $2 =~ ^[0-9]+$ ]] || { echo "$1 must be a non-negative integer" >&2; exit 2; }
+    else
+        [[ $2 =~ ^[1-9][0-9]*$ ]] || { echo "$1 must be a positive integer" >&2; exit 2; }
+    fi
+}
+
+# bench_list ARRAY LIST ALLOWED WHAT: splits the comma list LIST into the
+# array ARRAY; exits (status 2) on an element that the comma list ALLOWED
+# does not have ("unknown WHAT: ELEMENT").
+bench_list() {
+    local -n bench_list_out=$1
+    local x
+    IFS=, read -r -a bench_list_out <<< "$2"
+    for x in "${bench_list_out[@]}"; do
+        [[ ,$3, == *,"$x",* ]] || { echo "unknown $4: $x" >&2; exit 2; }
+    done
+}
+
+# bench_start WHY: what every benchmark does once its options are read: a
+# line naming the command that failed on any error, root or an error
+# saying what for (WHY), umask 022.
+bench_start() {
+    trap 'echo "$BENCH_NAME: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
+    [[ $(id -u) == 0 ]] || die "run as root ($1)"
+    umask 022
+}
+
+# The test suite's host provisioning: install_packages PKG... (those
+# missing, without recommends) and test_user NAME (the user and its
+# subordinate ids). apt-get's output goes to stderr: stdout is the report.
+APT_OUTPUT_FD=2
+# shellcheck source=tests/setup/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../tests/setup/lib.sh"
+
+# bench_user_setup: the user and its subordinate ids (made as
 # tests/setup/setup.sh makes them), and its private state under WORK/user.
 bench_user_setup() {
-    local f
-    if ! id -u "$BENCH_USER" >/dev/null 2>&1; then
-        log "creating user $BENCH_USER"
-        useradd --create-home --user-group --shell /bin/bash "$BENCH_USER"
-    fi
-    for f in /etc/subuid /etc/subgid; do
-        touch "$f"
-        grep -q "^$BENCH_USER:" "$f" || echo "$BENCH_USER:200000:65536" >> "$f"
-    done
+    test_user "$BENCH_USER"
     BUID=$(id -u "$BENCH_USER")
     BGID=$(id -g "$BENCH_USER")
     BHOME=$(getent passwd "$BENCH_USER" | cut -d: -f6)
@@ -131,6 +206,14 @@ ensure_registry() {
     registry_up || die "registry on $REGISTRY still not answering"
 }
 
+# need_base_layout: pull.sh's image as an OCI layout (WORK/oci), made by a
+# smoke run of pull.sh when it is not there yet.
+need_base_layout() {
+    [[ -e $WORK/oci.done ]] && return 0
+    log "no base image yet: running bench/pull.sh --smoke --tools berth to build it"
+    "$REPO_ROOT/bench/pull.sh" --smoke --tools berth > /dev/null
+}
+
 # shellcheck source=tests/setup/debian_mirror.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../../tests/setup/debian_mirror.sh"
 
@@ -188,6 +271,7 @@ bench_image() {
         log "packing the rootfs into an OCI layout (one gzip layer)"
         rm -rf "$LAYOUT"
         # Top-level names without a "./" prefix, as registry images have them.
+        # shellcheck disable=SC2012   # debootstrap's top-level names are plain; ls sorts them
         (cd "$ROOTFS" && ls -A | tar --numeric-owner --sort=name --xattrs -cf - -T -) \
             > "$WORK/layer.tar"
         umoci init --layout "$LAYOUT"

@@ -19,10 +19,11 @@ Where the host directory has no cold run (no --drop-caches), berth cold is
 compared with host warm, and the table says so.
 """
 
-import csv
 import json
 import statistics
 import sys
+
+from stats import per_round_ratios, read_json, read_rows, stats, write_csv, write_json
 
 METHODS = ["berth", "kernel", "host"]
 WORKLOADS = {
@@ -35,26 +36,14 @@ TARGET = 0.8  # berth at least 0.8x the kernel mount's speed
 
 def read_raw(path):
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.rstrip("\n")
-            if not line:
-                continue
-            rnd, pos, method, wl, state, status, inside, outer, count = line.split("\t")
-            rows.append({
-                "round": int(rnd), "position": int(pos), "method": method,
-                "workload": wl, "state": state, "status": status,
-                "seconds": float(inside), "command_seconds": float(outer),
-                "count": int(count),
-            })
+    for rnd, pos, method, wl, state, status, inside, outer, count in read_rows(path):
+        rows.append({
+            "round": int(rnd), "position": int(pos), "method": method,
+            "workload": wl, "state": state, "status": status,
+            "seconds": float(inside), "command_seconds": float(outer),
+            "count": int(count),
+        })
     return rows
-
-
-def stats(values):
-    if not values:
-        return None
-    return {"n": len(values), "median": statistics.median(values),
-            "min": min(values), "max": max(values)}
 
 
 def fmt_s(x):
@@ -66,8 +55,7 @@ def fmt_s(x):
 def main():
     raw_path, meta_path, prefix = sys.argv[1:4]
     rows = read_raw(raw_path)
-    with open(meta_path, encoding="utf-8") as f:
-        meta = json.load(f)
+    meta = read_json(meta_path)
 
     ok = [r for r in rows if r["status"] == "ok"]
     failed = [r for r in rows if r["status"] != "ok"]
@@ -108,9 +96,9 @@ def main():
                 if not by.get((wl, state, peer)) and state == "cold":
                     pstate = "warm"  # host: no cold run without --drop-caches
                 other = by.get((wl, pstate, peer), {})
-                per_round = [berth[k]["seconds"] / other[k]["seconds"]
-                             for k in sorted(set(berth) & set(other))
-                             if other[k]["seconds"] > 0]
+                per_round = [ratio for _, ratio in per_round_ratios(
+                    {k: r["seconds"] for k, r in berth.items()},
+                    {k: r["seconds"] for k, r in other.items()})]
                 if not per_round:
                     continue
                 rs = stats(per_round)
@@ -132,19 +120,19 @@ def main():
     result["count_disagreements"] = disagree
     result["failed"] = len(failed)
     result["runs_detail"] = rows
-    with open(prefix + ".json", "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
-    with open(prefix + ".csv", "w", encoding="utf-8", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["round", "position", "method", "workload", "state", "status",
-                    "seconds", "command_seconds", "count", "mb_per_s"])
-        for r in rows:
-            mbs = (f"{r['count'] / r['seconds'] / 1e6:.1f}"
-                   if r["workload"] == "read" and r["status"] == "ok" and r["seconds"] > 0 else "")
-            w.writerow([r["round"], r["position"], r["method"], r["workload"], r["state"],
-                        r["status"], f"{r['seconds']:.6f}", f"{r['command_seconds']:.6f}",
-                        r["count"], mbs])
+    write_json(prefix + ".json", result)
+
+    def csv_row(r):
+        mbs = (f"{r['count'] / r['seconds'] / 1e6:.1f}"
+               if r["workload"] == "read" and r["status"] == "ok" and r["seconds"] > 0 else "")
+        return [r["round"], r["position"], r["method"], r["workload"], r["state"],
+                r["status"], f"{r['seconds']:.6f}", f"{r['command_seconds']:.6f}",
+                r["count"], mbs]
+
+    write_csv(prefix + ".csv",
+              ["round", "position", "method", "workload", "state", "status",
+               "seconds", "command_seconds", "count", "mb_per_s"],
+              (csv_row(r) for r in rows))
 
     # Markdown.
     img = meta["image"]

@@ -1,6 +1,8 @@
-# Node-local helpers shared by fileaccess.sh and ranks.sh (sourced after
-# lib/common.sh, whose log/die/as_user they use).
+# Node-local helpers shared by fileaccess.sh, ranks.sh and start.sh (sourced
+# after lib/common.sh, whose log/die/as_user they use).
 #
+#   case_argv CASE      the command of a case (true, python; probe: the check
+#                       that a tool runs in the image), one word a line
 #   base_image          ROOTFS LAYOUT TAG: pull.sh's cached Debian bookworm
 #                       minbase + python3 image (unpacked rootfs and OCI
 #                       layout); built, and pushed to the registry, by
@@ -14,6 +16,17 @@
 #   fuse_fix            /dev/fuse 0666 when HOST_FIXES=1 (records it in
 #                       HOST_FIXES_DONE)
 # shellcheck shell=bash disable=SC2034   # the globals are for the caller
+
+# case_argv CASE: the command of each case, one word a line. "probe" checks
+# that a tool runs in the image, not on the host: the image has python3 and
+# no jq, the host has both.
+case_argv() {
+    case $1 in
+        true) echo true ;;
+        python) printf '%s\n' python3 -c pass ;;
+        probe) printf '%s\n' sh -c 'test -x /usr/bin/python3 && ! test -e /usr/bin/jq' ;;
+    esac
+}
 
 base_image() {
     local image_path=$1
@@ -34,9 +47,11 @@ layout_digest() {
         "$LAYOUT/index.json"
 }
 
+# keeper_dir RT ID: named by the image's whole id, as berth's keeper.rs
+# names it (keeper_name: HEX-user).
 keeper_dir() {
     local rt=$1 id=${2#sha256:}
-    echo "$rt/berth/keepers/${id:0:16}-user"
+    echo "$rt/berth/keepers/$id-user"
 }
 
 # keeper_pid DIR: the pid in DIR/pid when that process is the user's berth

@@ -20,10 +20,11 @@ bursts' wall time over the repetitions. Ratios berth/ch-run are taken per
 repetition (the bursts ran seconds apart), then summarised by their median.
 """
 
-import csv
 import json
 import statistics
 import sys
+
+from stats import per_round_ratios, read_json, read_rows, stats, write_csv, write_json
 
 CASES = {"true": "`true`", "python": "`python3 -c pass`"}
 TOOLS = ["berth-warm", "berth-cold", "ch-run-sqfs", "ch-run-dir", "ch-run-sqfs-join"]
@@ -34,33 +35,21 @@ RATIOS = [("berth-warm", "ch-run-sqfs"), ("berth-warm", "ch-run-dir"),
 
 def read_raw(path):
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.rstrip("\n")
-            if not line:
-                continue
-            (phase, rep, pos, ranks, case, tool, status, burst, before, after,
-             servers, restarted) = line.split("\t")
-            b = json.loads(burst)
-            rows.append({
-                "warmup": phase == "warmup", "rep": int(rep), "position": int(pos),
-                "ranks": int(ranks), "case": case, "tool": tool, "status": status,
-                "wall_ms": b.get("wall_ms"), "spawn_ms": b.get("spawn_ms"),
-                "first_ms": b.get("first_ms"),
-                "rank_median_ms": b.get("rank_ms", {}).get("median"),
-                "rank_max_ms": b.get("rank_ms", {}).get("max"),
-                "failed_ranks": b.get("failed"), "statuses": b.get("statuses", {}),
-                "keeper_before": before, "keeper_after": after,
-                "keepers_after": int(servers or 0), "keeper_restarted": restarted == "1",
-            })
+    for (phase, rep, pos, ranks, case, tool, status, burst, before, after,
+         servers, restarted) in read_rows(path):
+        b = json.loads(burst)
+        rows.append({
+            "warmup": phase == "warmup", "rep": int(rep), "position": int(pos),
+            "ranks": int(ranks), "case": case, "tool": tool, "status": status,
+            "wall_ms": b.get("wall_ms"), "spawn_ms": b.get("spawn_ms"),
+            "first_ms": b.get("first_ms"),
+            "rank_median_ms": b.get("rank_ms", {}).get("median"),
+            "rank_max_ms": b.get("rank_ms", {}).get("max"),
+            "failed_ranks": b.get("failed"), "statuses": b.get("statuses", {}),
+            "keeper_before": before, "keeper_after": after,
+            "keepers_after": int(servers or 0), "keeper_restarted": restarted == "1",
+        })
     return rows
-
-
-def stats(values):
-    if not values:
-        return None
-    return {"n": len(values), "median": statistics.median(values),
-            "min": min(values), "max": max(values)}
 
 
 def ms(x):
@@ -70,8 +59,7 @@ def ms(x):
 def main():
     raw_path, meta_path, prefix = sys.argv[1:4]
     rows = read_raw(raw_path)
-    with open(meta_path, encoding="utf-8") as f:
-        meta = json.load(f)
+    meta = read_json(meta_path)
 
     measured = [r for r in rows if not r["warmup"]]
     failed = [r for r in measured if r["status"] != "ok"]
@@ -99,8 +87,8 @@ def main():
                 entry["tools"][t] = s
             for a, b in RATIOS:
                 ca, cb = cell.get((case, n, a), {}), cell.get((case, n, b), {})
-                per_rep = [ca[k]["wall_ms"] / cb[k]["wall_ms"] for k in sorted(set(ca) & set(cb))
-                           if cb[k]["wall_ms"]]
+                per_rep = [ratio for _, ratio in per_round_ratios(
+                    {k: r["wall_ms"] for k, r in ca.items()}, {k: r["wall_ms"] for k, r in cb.items()})]
                 if per_rep and entry["tools"][a]["n"] and entry["tools"][b]["n"]:
                     rs = stats(per_rep)
                     rs["of_medians"] = entry["tools"][a]["median"] / entry["tools"][b]["median"]
@@ -125,17 +113,11 @@ def main():
     result["keeper_checks"] = checks
     result["failed_bursts"] = len(failed)
     result["bursts"] = rows
-    with open(prefix + ".json", "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
+    write_json(prefix + ".json", result)
     cols = ["warmup", "rep", "position", "ranks", "case", "tool", "status", "wall_ms",
             "spawn_ms", "first_ms", "rank_median_ms", "rank_max_ms", "failed_ranks",
             "keeper_before", "keeper_after", "keepers_after", "keeper_restarted"]
-    with open(prefix + ".csv", "w", encoding="utf-8", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(cols)
-        for r in rows:
-            w.writerow([r[c] for c in cols])
+    write_csv(prefix + ".csv", cols, ([r[c] for c in cols] for r in rows))
 
     out = ["## Many ranks on one node: N starts at once, until the last one ends\n"]
     out.append(

@@ -13,10 +13,9 @@ Ratios berth/X are taken per round (the two were measured minutes apart at
 most, under the same load), then summarised by their median.
 """
 
-import csv
-import json
-import statistics
 import sys
+
+from stats import parse_round, per_round_ratios, read_json, read_rows, stats, write_csv, write_json
 
 WHAT = {
     "berth": "berth pull -> squashfs",
@@ -27,36 +26,21 @@ WHAT = {
 
 def read_raw(path):
     runs = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.rstrip("\n")
-            if not line:
-                continue
-            rnd, pos, tool, status, secs, nbytes, steps = (line.split("\t") + [""] * 7)[:7]
-            warm = rnd.startswith("warmup")
-            runs.append({
-                "round": rnd if warm else int(rnd),
-                "warmup": warm,
-                "position": int(pos),
-                "tool": tool,
-                "status": status,
-                "seconds": float(secs) if secs else None,
-                "result_bytes": int(nbytes) if nbytes.strip().isdigit() else None,
-                "steps": {k: float(v) for k, v in
-                          (kv.split("=", 1) for kv in steps.split(";") if "=" in kv)},
-            })
+    for fields in read_rows(path):
+        rnd, pos, tool, status, secs, nbytes, steps = (fields + [""] * 7)[:7]
+        rnd, warm = parse_round(rnd)
+        runs.append({
+            "round": rnd,
+            "warmup": warm,
+            "position": int(pos),
+            "tool": tool,
+            "status": status,
+            "seconds": float(secs) if secs else None,
+            "result_bytes": int(nbytes) if nbytes.strip().isdigit() else None,
+            "steps": {k: float(v) for k, v in
+                      (kv.split("=", 1) for kv in steps.split(";") if "=" in kv)},
+        })
     return runs
-
-
-def stats(values):
-    if not values:
-        return None
-    return {
-        "n": len(values),
-        "median": round(statistics.median(values), 3),
-        "min": round(min(values), 3),
-        "max": round(max(values), 3),
-    }
 
 
 def summarise(runs, tools):
@@ -65,14 +49,14 @@ def summarise(runs, tools):
     for tool in tools:
         mine = [r for r in timed if r["tool"] == tool]
         ok = [r["seconds"] for r in mine if r["status"] == "ok"]
-        s = stats(ok) or {"n": 0}
+        s = stats(ok, 3) or {"n": 0}
         s["failures"] = len(mine) - len(ok)
         sizes = [r["result_bytes"] for r in mine if r["result_bytes"]]
         s["result_bytes"] = sizes[-1] if sizes else None
         summary["tools"][tool] = s
     peer_ok = [r for r in timed if r["tool"] == "peer" and r["status"] == "ok"]
     for step in ("skopeo", "umoci", "mksquashfs"):
-        summary["peer_steps"][step] = stats([r["steps"][step] for r in peer_ok if step in r["steps"]])
+        summary["peer_steps"][step] = stats([r["steps"][step] for r in peer_ok if step in r["steps"]], 3)
 
     # Ratios pair by pair: berth and a peer from the same round.
     by_round = {}
@@ -82,11 +66,12 @@ def summarise(runs, tools):
     if "berth" in tools:
         for peer in (t for t in tools if t != "berth"):
             per_round = [
-                {"round": rnd, "ratio": round(t["berth"] / t[peer], 4)}
-                for rnd, t in sorted(by_round.items())
-                if "berth" in t and peer in t and t[peer] > 0
+                {"round": rnd, "ratio": round(ratio, 4)}
+                for rnd, ratio in per_round_ratios(
+                    {rnd: t["berth"] for rnd, t in by_round.items() if "berth" in t},
+                    {rnd: t[peer] for rnd, t in by_round.items() if peer in t})
             ]
-            s = stats([p["ratio"] for p in per_round]) or {"n": 0}
+            s = stats([p["ratio"] for p in per_round], 3) or {"n": 0}
             s["per_round"] = per_round
             summary["ratios"][f"berth/{peer}"] = s
     return summary
@@ -147,26 +132,22 @@ def markdown(meta, summary, tools):
 def main():
     raw, meta_path, prefix = sys.argv[1:4]
     runs = read_raw(raw)
-    with open(meta_path, encoding="utf-8") as f:
-        meta = json.load(f)
+    meta = read_json(meta_path)
     tools = meta["tools"]
     summary = summarise(runs, tools)
 
-    with open(prefix + ".csv", "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(["time_utc", "round", "warmup", "position", "tool", "status", "seconds",
-                    "result_bytes", "skopeo_s", "umoci_s", "mksquashfs_s"])
-        for r in runs:
-            w.writerow([meta["time_utc"], r["round"], int(r["warmup"]), r["position"], r["tool"],
-                        r["status"], r["seconds"], r["result_bytes"] or "",
-                        *(r["steps"].get(k, "") for k in ("skopeo", "umoci", "mksquashfs"))])
+    write_csv(prefix + ".csv",
+              ["time_utc", "round", "warmup", "position", "tool", "status", "seconds",
+               "result_bytes", "skopeo_s", "umoci_s", "mksquashfs_s"],
+              ([meta["time_utc"], r["round"], int(r["warmup"]), r["position"], r["tool"],
+                r["status"], r["seconds"], r["result_bytes"] or "",
+                *(r["steps"].get(k, "") for k in ("skopeo", "umoci", "mksquashfs"))]
+               for r in runs))
 
     doc = dict(meta)
     doc["summary"] = summary
     doc["runs_detail"] = runs
-    with open(prefix + ".json", "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=2)
-        f.write("\n")
+    write_json(prefix + ".json", doc)
 
     print(markdown(meta, summary, tools))
 

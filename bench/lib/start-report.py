@@ -18,11 +18,10 @@ at most a second or two apart, under the same load), then summarised by
 their median; the ratio of the two medians is shown beside it.
 """
 
-import csv
-import json
 import os
-import statistics
 import sys
+
+from stats import parse_round, per_round_ratios, read_json, read_rows, stats, write_csv, write_json
 
 CASES = {"true": "`true`", "python": "`python3 -c pass`"}
 
@@ -35,22 +34,17 @@ TARGETS = [
 
 def read_raw(path):
     runs = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.rstrip("\n")
-            if not line:
-                continue
-            rnd, pos, tool, case, status, ms = line.split("\t")
-            warm = rnd.startswith("warmup")
-            runs.append({
-                "round": rnd if warm else int(rnd),
-                "warmup": warm,
-                "position": int(pos),
-                "tool": tool,
-                "case": case,
-                "status": status,
-                "ms": float(ms),
-            })
+    for rnd, pos, tool, case, status, ms in read_rows(path):
+        rnd, warm = parse_round(rnd)
+        runs.append({
+            "round": rnd,
+            "warmup": warm,
+            "position": int(pos),
+            "tool": tool,
+            "case": case,
+            "status": status,
+            "ms": float(ms),
+        })
     return runs
 
 
@@ -81,23 +75,6 @@ def read_phases(path):
     return out
 
 
-def stats(values, digits=2):
-    if not values:
-        return None
-    v = sorted(values)
-    q1, q3 = (statistics.quantiles(v, n=4, method="inclusive")[::2]
-              if len(v) > 1 else (v[0], v[0]))
-    return {
-        "n": len(v),
-        "median": round(statistics.median(v), digits),
-        "p25": round(q1, digits),
-        "p75": round(q3, digits),
-        "min": round(v[0], digits),
-        "max": round(v[-1], digits),
-        "mean": round(statistics.fmean(v), digits),
-    }
-
-
 def summarise(runs, meta, watch, phases):
     tools, cases = meta["tools"], meta["cases"]
     timed = [r for r in runs if not r["warmup"]]
@@ -107,23 +84,22 @@ def summarise(runs, meta, watch, phases):
         for tool in tools:
             mine = [r for r in timed if r["tool"] == tool and r["case"] == case]
             ok = [r["ms"] for r in mine if r["status"] == "ok"]
-            s = stats(ok) or {"n": 0}
+            s = stats(ok, 2, spread=True) or {"n": 0}
             s["failed"] = len(mine) - len(ok)
             summary["failures"] += s["failed"]
             summary["starts"].setdefault(case, {})[tool] = s
 
     # Ratios round by round: berth and a peer from the same round.
-    by_round = {}
+    by_round = {}   # (case, tool) -> {round: ms}
     for r in timed:
         if r["status"] == "ok":
-            by_round.setdefault((r["case"], r["round"]), {})[r["tool"]] = r["ms"]
+            by_round.setdefault((r["case"], r["tool"]), {})[r["round"]] = r["ms"]
     if "berth" in tools:
         for case in cases:
             for peer in (t for t in tools if t != "berth"):
-                per_round = [t["berth"] / t[peer]
-                             for (c, _), t in sorted(by_round.items())
-                             if c == case and "berth" in t and peer in t and t[peer] > 0]
-                s = stats(per_round, 4) or {"n": 0}
+                per_round = [ratio for _, ratio in per_round_ratios(
+                    by_round.get((case, "berth"), {}), by_round.get((case, peer), {}))]
+                s = stats(per_round, 4, spread=True) or {"n": 0}
                 med = summary["starts"][case]
                 if med["berth"].get("median") and med[peer].get("median"):
                     s["of_medians"] = round(med["berth"]["median"] / med[peer]["median"], 4)
@@ -163,7 +139,8 @@ def summarise(runs, meta, watch, phases):
     }
 
     summary["berth_phases_us"] = {
-        case: {name: stats(vals, 0) for name, vals in p.items()} for case, p in phases.items()}
+        case: {name: stats(vals, 0, spread=True) for name, vals in p.items()}
+        for case, p in phases.items()}
     return summary
 
 
@@ -264,23 +241,18 @@ def markdown(meta, summary):
 def main():
     raw, meta_path, phases_path, prefix = sys.argv[1:5]
     runs = read_raw(raw)
-    with open(meta_path, encoding="utf-8") as f:
-        meta = json.load(f)
+    meta = read_json(meta_path)
     summary = summarise(runs, meta, read_watch(raw + ".watch"), read_phases(phases_path))
 
-    with open(prefix + ".csv", "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(["time_utc", "round", "warmup", "position", "tool", "case", "status", "ms"])
-        for r in runs:
-            w.writerow([meta["time_utc"], r["round"], int(r["warmup"]), r["position"],
-                        r["tool"], r["case"], r["status"], r["ms"]])
+    write_csv(prefix + ".csv",
+              ["time_utc", "round", "warmup", "position", "tool", "case", "status", "ms"],
+              ([meta["time_utc"], r["round"], int(r["warmup"]), r["position"],
+                r["tool"], r["case"], r["status"], r["ms"]] for r in runs))
 
     doc = dict(meta)
     doc["summary"] = summary
     doc["starts_detail"] = runs
-    with open(prefix + ".json", "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=2)
-        f.write("\n")
+    write_json(prefix + ".json", doc)
 
     print(markdown(meta, summary))
     sys.exit(1 if summary["failures"] else 0)

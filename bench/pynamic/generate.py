@@ -97,7 +97,7 @@ def module_source(i, n_funcs, links, util_funcs, body):
                        f"{3 + (i + j + s) % 5} + {s};")
         out.append("    return PyLong_FromLong(acc & 0xffff);\n}")
     out.append("")
-    out.append(f"static PyMethodDef methods[] = {{")
+    out.append("static PyMethodDef methods[] = {")
     for j in range(n_funcs):
         out.append(f'    {{"f{j}", f{j}, METH_NOARGS, NULL}},')
     out.append("    {NULL, NULL, 0, NULL}\n};")

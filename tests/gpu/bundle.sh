@@ -23,8 +23,9 @@ die() { echo "bundle: ERROR: $*" >&2; exit 1; }
 for t in gcc strip umoci squashfuse_ll tar2sqfs; do
     command -v "$t" >/dev/null || die "needs $t (apt-get install gcc binutils umoci squashfuse)"
 done
-[[ -x /bin/busybox ]] && file -L /bin/busybox | grep -q 'statically linked' \
-    || die "needs a static /bin/busybox (apt-get install busybox-static)"
+if [[ ! -x /bin/busybox ]] || ! file -L /bin/busybox | grep -q 'statically linked'; then
+    die "needs a static /bin/busybox (apt-get install busybox-static)"
+fi
 [[ -x $BERTH ]] || die "no berth at $BERTH (cargo build --release)"
 
 rm -rf "$OUT"

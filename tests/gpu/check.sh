@@ -135,6 +135,7 @@ if [[ $(id -u) -eq 0 ]]; then
     U=berthgpu
     id "$U" >/dev/null 2>&1 || useradd -m "$U" 2>/dev/null || useradd "$U"
     UH=$W/home; mkdir -p "$UH"; chown "$U" "$UH"
+    # shellcheck disable=SC2317   # called through step
     as_user() { setpriv --reuid="$U" --regid="$U" --init-groups env -i HOME="$UH" PATH="$PATH" \
         BERTH_SQUASHFUSE="$BERTH_SQUASHFUSE" BERTH_TAR2SQFS="$BERTH_TAR2SQFS" BERTH_SYSTEM_CONFIG="${CONF:-$W/discovery.toml}" \
         BERTH_STORE="$UH/store" XDG_RUNTIME_DIR="$UH/run" "$@"; }
@@ -144,6 +145,7 @@ if [[ $(id -u) -eq 0 ]]; then
     step "user: nvidia-smi (discovery)" 'GPU 0' as_user berth run --gpus all gpu-probe nvidia-smi -L
     # Four tasks sharing one container (berth run --shared, the Slurm
     # plugin's default mode), each doing real work on the GPU.
+    # shellcheck disable=SC2317   # called through step
     shared_tasks() {
         local i
         for i in 1 2 3 4; do

@@ -35,6 +35,7 @@ fi
 if [[ ! -e $CACHE/oci.done ]]; then
     log "packing the OCI layout"
     rm -rf "$LAYOUT"
+    # shellcheck disable=SC2012   # debootstrap's top-level names are plain; ls sorts them
     (cd "$ROOTFS" && ls -A | tar --numeric-owner --sort=name --xattrs -cf - -T -) > "$CACHE/layer.tar"
     umoci init --layout "$LAYOUT"
     umoci new --image "$LAYOUT:latest"

@@ -158,15 +158,15 @@ def write_image(layout, layers, config, platform=("amd64", "linux", None),
     cfg = {"created": CREATED, "architecture": arch, "os": os_,
            "config": config,
            "rootfs": {"type": "layers",
-                      "diff_ids": [sha256(l.raw) for l in layers]},
-           "history": [{"created": CREATED, "created_by": l.created_by}
-                       for l in layers]}
+                      "diff_ids": [sha256(layer.raw) for layer in layers]},
+           "history": [{"created": CREATED, "created_by": layer.created_by}
+                       for layer in layers]}
     if variant:
         cfg["variant"] = variant
     layer_descs = []
-    for l in layers:
-        comp = force_comp or l.comp
-        layer_descs.append(layout.put(compress(l.raw, comp), MT_LAYER[comp]))
+    for layer in layers:
+        comp = force_comp or layer.comp
+        layer_descs.append(layout.put(compress(layer.raw, comp), MT_LAYER[comp]))
     manifest = {"schemaVersion": 2, "mediaType": MT_MANIFEST,
                 "config": layout.put(jdump(cfg), MT_CONFIG),
                 "layers": layer_descs}
@@ -502,7 +502,10 @@ def make_oracle(oracle_layout, tag, dest):
 def check_layers_oracle(root):
     """Make sure umoci's idea of the `layers` image is what the tests expect."""
     r = Path(root)
-    rd = lambda p: (r / p).read_bytes()
+
+    def rd(p):
+        return (r / p).read_bytes()
+
     assert not (r / "etc/motd").exists()
     assert not (r / "usr/share/removeme").exists()
     assert sorted(os.listdir(r / "opq")) == ["new"], os.listdir(r / "opq")
@@ -572,11 +575,11 @@ def main():
         plat = "linux/" + arch + (f"/{variant}" if variant else "")
         t = TarBuilder()
         t.file("platform", (plat + "\n").encode())
-        l = [Layer(t.bytes(), "gzip", f"platform file {plat}")]
+        plat_layers = [Layer(t.bytes(), "gzip", f"platform file {plat}")]
         cfg = {"Env": [PATH_ENV], "Labels": {"org.berth.test.platform": plat}}
-        descs.append(write_image(lay, l, cfg, (arch, "linux", variant)))
+        descs.append(write_image(lay, plat_layers, cfg, (arch, "linux", variant)))
         if arch == "amd64":
-            oracle_src.tag("multiarch", write_image(oracle_src, l, cfg))
+            oracle_src.tag("multiarch", write_image(oracle_src, plat_layers, cfg))
     lay.tag("latest", lay.put(jdump({"schemaVersion": 2, "mediaType": MT_INDEX,
                                      "manifests": descs}), MT_INDEX))
 

@@ -98,9 +98,9 @@ copy_packages() {
     done
 }
 
-pkgs=$(printf '%s\n' $(packages_of "$L/usr/local/bin/mpi-probe") libmpich12 libucx0 | sort -u)
-log "MPICH runtime packages copied into the image: $(echo $pkgs)"
-copy_packages "$L" 0 $pkgs
+mapfile -t pkgs < <({ packages_of "$L/usr/local/bin/mpi-probe"; printf '%s\n' libmpich12 libucx0; } | sort -u)
+log "MPICH runtime packages copied into the image: ${pkgs[*]}"
+copy_packages "$L" 0 "${pkgs[@]}"
 push mpich "$L"
 
 # openmpi: the probe and Open MPI's runtime, components and PMIx included
@@ -108,14 +108,15 @@ push mpich "$L"
 L=$WORK/openmpi
 install -d "$L/usr/local/bin"
 mpicc.openmpi -O2 -o "$L/usr/local/bin/mpi-probe" "$HERE/mpi/mpi-probe.c" -ldl
-base="libopenmpi3 libpmix2 openmpi-common"
-plugins=$(dpkg -L $base | grep '\.so' | while read -r f; do [[ -f $f ]] && echo "$f"; done)
-pkgs=$(printf '%s\n' $base $(packages_of "$L/usr/local/bin/mpi-probe" $plugins) | sort -u)
-log "Open MPI runtime packages copied into the image: $(echo $pkgs)"
-copy_packages "$L" 1 $pkgs
+base=(libopenmpi3 libpmix2 openmpi-common)
+mapfile -t plugins < <(dpkg -L "${base[@]}" | grep '\.so' | while read -r f; do [[ -f $f ]] && echo "$f"; done)
+mapfile -t pkgs < <({ printf '%s\n' "${base[@]}"; packages_of "$L/usr/local/bin/mpi-probe" "${plugins[@]}"; } \
+    | sort -u)
+log "Open MPI runtime packages copied into the image: ${pkgs[*]}"
+copy_packages "$L" 1 "${pkgs[@]}"
 # Sonames that postinst scripts make (update-alternatives), which dpkg -L
 # does not list: each library as the loader finds it here.
-for f in $(ldd "$L/usr/local/bin/mpi-probe" $plugins 2>/dev/null | awk '$2 == "=>" { print $3 }' | sort -u); do
+for f in $(ldd "$L/usr/local/bin/mpi-probe" "${plugins[@]}" 2>/dev/null | awk '$2 == "=>" { print $3 }' | sort -u); do
     d=$(readlink -f "$(dirname "$f")")
     [[ -e $L$d/$(basename "$f") ]] || { install -d "$L$d"; cp -L "$f" "$L$d/"; }
 done

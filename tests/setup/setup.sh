@@ -37,17 +37,20 @@ TEST_USER=berthtest
 # A second unprivileged user: another user of the node, for the attacks
 # of one user on another (a pre-created runtime directory, planted records).
 OTHER_USER=berthother
-SUBID_RANGE=200000:65536
 REPO=berth-test
 
 PACKAGES=(squashfs-tools-ng squashfs-tools skopeo umoci docker-registry
           apache2-utils busybox-static zstd squashfuse fuse3 jq python3
           curl gzip debootstrap podman buildah runc uidmap catatonit openssl gcc libc6-dev mpich libmpich-dev
-          slurm-wlm munge openmpi-bin libopenmpi-dev libpmix-dev)
+          slurm-wlm munge openmpi-bin libopenmpi-dev libpmix-dev
+          shellcheck flake8)
 
 die() { echo "setup.sh: ERROR: $*" >&2; exit 1; }
 trap 'echo "setup.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
 log() { echo "setup.sh: $*"; }
+# install_packages, add_user, test_user (with SUBID_RANGE)
+# shellcheck source=tests/setup/lib.sh
+source "$HERE/lib.sh"
 
 [[ $(id -u) == 0 ]] || die "must run as root"
 umask 022
@@ -55,28 +58,7 @@ umask 022
 # --------------------------------------------------------------------------
 # Packages
 # --------------------------------------------------------------------------
-missing=()
-for p in "${PACKAGES[@]}"; do
-    [[ $(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null) == installed ]] \
-        || missing+=("$p")
-done
-if ((${#missing[@]})); then
-    log "installing: ${missing[*]}"
-    # Keep apt from starting the packaged docker-registry service (it would
-    # take port 5000); policy-rc.d is the Debian way to say so.
-    policy_rc=
-    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-        policy_rc=/usr/sbin/policy-rc.d
-        printf '#!/bin/sh\nexit 101\n' > "$policy_rc"
-        chmod 0755 "$policy_rc"
-    fi
-    rc=0
-    { DEBIAN_FRONTEND=noninteractive apt-get update -q &&
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-          --no-install-recommends "${missing[@]}"; } || rc=$?
-    if [[ -n $policy_rc ]]; then rm -f "$policy_rc"; fi
-    ((rc == 0)) || die "apt-get install ${missing[*]} failed"
-fi
+install_packages "${PACKAGES[@]}"
 for t in skopeo umoci htpasswd zstd jq curl python3 openssl /bin/busybox \
          /usr/bin/docker-registry; do
     command -v "$t" >/dev/null || die "$t not found after installing packages"
@@ -87,27 +69,8 @@ done
 # --------------------------------------------------------------------------
 if [[ -e /dev/fuse ]]; then chmod 0666 /dev/fuse; fi
 
-if ! id -u "$TEST_USER" >/dev/null 2>&1; then
-    log "creating user $TEST_USER"
-    useradd --create-home --user-group --shell /bin/bash "$TEST_USER"
-    # useradd may allocate subordinate ids itself; we want our fixed range.
-    for f in /etc/subuid /etc/subgid; do
-        if [[ -e $f ]]; then sed -i "/^$TEST_USER:/d" "$f"; fi
-    done
-fi
-home=$(getent passwd "$TEST_USER" | cut -d: -f6)
-if [[ ! -d $home ]]; then
-    install -d -m 0755 -o "$TEST_USER" -g "$(id -g "$TEST_USER")" "$home"
-fi
-for f in /etc/subuid /etc/subgid; do
-    touch "$f"
-    grep -q "^$TEST_USER:" "$f" || echo "$TEST_USER:$SUBID_RANGE" >> "$f"
-done
-
-if ! id -u "$OTHER_USER" >/dev/null 2>&1; then
-    log "creating user $OTHER_USER"
-    useradd --create-home --user-group --shell /bin/bash "$OTHER_USER"
-fi
+test_user "$TEST_USER"
+add_user "$OTHER_USER"
 
 # --------------------------------------------------------------------------
 # Work dir; stop the registries of a previous run

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use anyhow::{anyhow, Context as _, Result};
 use berth_build::blobs::{BlobRef, Blobs, LAYER_MEDIA_TYPE};
 use berth_build::builder::{self, BaseImage, Request, StorePaths};
+use berth_build::image_config::ImageConfig;
 use berth_image::pipeline::{
     convert, parse_config, ConvertOptions, LayerDesc, LayerSource, ResolvedImage,
 };
@@ -182,7 +183,7 @@ fn base_image(
         }
         Err(e) => return Err(e.into()),
     };
-    let cfg: serde_json::Value = serde_json::from_slice(&std::fs::read(img.config_path())?)?;
+    let cfg = ImageConfig::parse(&std::fs::read(img.config_path())?, name)?;
     let layers = img
         .record
         .layers

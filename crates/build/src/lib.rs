@@ -79,6 +79,9 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A COPY, ADD or WORKDIR step's file operation in the image failed.
+    #[error(transparent)]
+    InImage(#[from] worker::InImageError),
     /// A file operation failed.
     #[error("cannot {what} {path}: {source}")]
     Io {

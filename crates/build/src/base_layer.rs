@@ -5,8 +5,8 @@
 
 use std::process::{Command, Stdio};
 
-use crate::blobs::{BlobRef, Blobs};
-use crate::plan::CacheEntry;
+use berth_image::store::blobs::{BlobRef, Blobs};
+use berth_image::store::build_cache::CacheEntry;
 
 use crate::builder::BaseImage;
 use crate::cache_key;

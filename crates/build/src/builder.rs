@@ -9,8 +9,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use crate::blobs::{BlobRef, Blobs};
-use crate::plan::CacheEntry;
+use berth_image::store::blobs::{BlobRef, Blobs};
+use berth_image::store::build_cache::CacheEntry;
 
 use crate::base_layer::flatten_base;
 use crate::cache_key;

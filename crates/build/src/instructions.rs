@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::blobs::BlobRef;
+use berth_image::store::blobs::BlobRef;
 use oci_spec::image::History;
 
 use crate::cache_key::{self, CopyStep, RunStep};

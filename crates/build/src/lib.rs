@@ -15,10 +15,11 @@
 //! - [`worker`]: `berth __build-worker`, in a user namespace where the user
 //!   is root: stage roots, RUN, COPY/ADD, layers.
 //! - [`layer`]: a step's changes as a layer blob, and applying one.
-//! - [`blobs`]: the store's blob directory.
+//!
+//! The blob directory and the build cache belong to the store
+//! ([`berth_image::store::blobs`], [`berth_image::store::build_cache`]).
 
 pub mod base_layer;
-pub mod blobs;
 pub mod builder;
 pub mod cache_key;
 pub mod context;
@@ -82,6 +83,9 @@ pub enum Error {
     /// A COPY, ADD or WORKDIR step's file operation in the image failed.
     #[error(transparent)]
     InImage(#[from] worker::InImageError),
+    /// The store's blob directory or build cache failed.
+    #[error(transparent)]
+    Store(#[from] berth_image::Error),
     /// A file operation failed.
     #[error("cannot {what} {path}: {source}")]
     Io {

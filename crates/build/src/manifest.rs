@@ -3,8 +3,8 @@
 //! the config with its `rootfs` and `history`, and the OCI manifest, all
 //! stored in the blob directory.
 
-use crate::blobs::{BlobRef, Blobs, LAYER_MEDIA_TYPE};
-use crate::plan::CacheEntry;
+use berth_image::store::blobs::{BlobRef, Blobs, LAYER_MEDIA_TYPE};
+use berth_image::store::build_cache::CacheEntry;
 use oci_spec::image::{
     DescriptorBuilder, Digest, History, ImageManifest, ImageManifestBuilder, MediaType, RootFs,
 };

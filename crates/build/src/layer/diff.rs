@@ -6,9 +6,9 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
+use berth_image::store::blobs::{BlobRef, Blobs};
 use berth_image::whiteout;
 
-use crate::blobs::{BlobRef, Blobs};
 use crate::context::walk;
 use crate::{Error, Result};
 

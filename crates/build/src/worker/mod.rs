@@ -26,8 +26,8 @@ mod user;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::blobs::Blobs;
-use crate::plan::CacheEntry;
+use berth_image::store::blobs::Blobs;
+use berth_image::store::build_cache::CacheEntry;
 use berth_runtime::sys;
 
 use crate::context::{self, Ignore};

@@ -6,7 +6,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::blobs::{BlobRef, Blobs};
+use berth_image::store::blobs::{BlobRef, Blobs};
 use berth_runtime::sys;
 
 use super::OverlayError;

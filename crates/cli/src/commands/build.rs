@@ -6,13 +6,13 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{anyhow, Context as _, Result};
-use berth_build::blobs::{BlobRef, Blobs, LAYER_MEDIA_TYPE};
 use berth_build::builder::{self, BaseImage, Request, StorePaths};
 use berth_build::image_config::ImageConfig;
 use berth_image::pipeline::{
     convert, parse_config, ConvertOptions, LayerDesc, LayerSource, ResolvedImage,
 };
 use berth_image::reference::ImageRef;
+use berth_image::store::blobs::{BlobRef, Blobs, LAYER_MEDIA_TYPE};
 use berth_image::store::{Store, StoredImage};
 
 use super::Context;
@@ -24,7 +24,9 @@ pub const EXIT_BUILD: u8 = 2;
 
 /// The store's blob directory (built images keep their layers there).
 pub fn blobs_of(store: &Store) -> Result<Blobs> {
-    Ok(Blobs::new(&store.root().join("blobs"))?)
+    // As a plain message, so that a failure exits with 1 as it always did
+    // rather than with the store class's code.
+    store.blobs().map_err(|e| anyhow!("{e}"))
 }
 
 /// Layer blobs from the store's blob directory.
@@ -69,10 +71,13 @@ pub fn build(ctx: &Context, args: BuildArgs) -> Result<ExitCode> {
         .iter()
         .map(|t| Ok(ImageRef::parse_local_name(t)?.store_name()))
         .collect::<Result<Vec<_>>>()?;
+    // Until the image is published and named: prune leaves the blobs and
+    // the build cache alone.
+    let _blobs_in_use = store.hold_blobs()?;
     let work = store.work_dir()?;
     let paths = StorePaths {
-        blobs: store.root().join("blobs"),
-        cache: store.root().join("build-cache"),
+        blobs: store.blobs_dir(),
+        cache: store.build_cache_dir(),
         work: work.path().join("build"),
     };
     let blobs = blobs_of(&store)?;

@@ -33,6 +33,36 @@ pub(super) fn lock_file(path: &Path) -> Result<LockGuard> {
     Ok(LockGuard { _file: file })
 }
 
+/// The lock builds hold shared and prune exclusively.
+const BLOBS_LOCK: &str = "locks/blobs.lock";
+
+impl Store {
+    /// Holds the blob directory and the build cache for a build until the
+    /// guard drops: `berth prune` leaves both alone meanwhile. A shared
+    /// lock on `locks/blobs.lock`, so builds run side by side; hold it from
+    /// before the first cache lookup until the image is published and
+    /// named.
+    pub fn hold_blobs(&self) -> Result<LockGuard> {
+        let path = self.root.join(BLOBS_LOCK);
+        let file = open_lock(&path)?;
+        flock(&file, FlockOperation::LockShared)
+            .map_err(|e| Error::store("lock", &path, e.into()))?;
+        Ok(LockGuard { _file: file })
+    }
+
+    /// The blobs lock, exclusively, if no build holds it (never waits: the
+    /// caller holds the store lock, which a build takes to name its image).
+    pub(super) fn try_lock_blobs_exclusively(&self) -> Result<Option<LockGuard>> {
+        let path = self.root.join(BLOBS_LOCK);
+        let file = open_lock(&path)?;
+        match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => Ok(Some(LockGuard { _file: file })),
+            Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
+            Err(e) => Err(Error::store("lock", &path, e.into())),
+        }
+    }
+}
+
 fn try_lock_file(path: &Path) -> Option<LockGuard> {
     let file = OpenOptions::new().write(true).open(path).ok()?;
     flock(&file, FlockOperation::NonBlockingLockExclusive).ok()?;

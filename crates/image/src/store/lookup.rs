@@ -214,6 +214,6 @@ mod tests {
         let img = store.find("site").unwrap();
         assert!(img.shared);
         assert!(store.remove("site").is_err());
-        assert!(store.prune().unwrap().is_empty());
+        assert!(store.prune().unwrap().images.is_empty());
     }
 }

@@ -7,21 +7,33 @@
 //!       config.json          the OCI image config, byte for byte (its sha256 is the id)
 //!       meta.json            berth's record: names' sources, layers, squashfs facts
 //!   names.json               name -> id
-//!   locks/                   flock files: the store, one per image id
-//!   tmp/                     work directories of running pulls
+//!   blobs/sha256/<hex>       manifest, config and layer blobs of the images berth
+//!                            built, for push, save and the build cache
+//!   build-cache/<key>.json   one per build step: the layer blob it made, if any
+//!   locks/                   flock files: the store, one per image id, blobs.lock
+//!                            (held shared by builds, exclusively by prune)
+//!   tmp/                     work directories of running pulls and builds
 //! ```
 //!
 //! Publication is one `rename` of a finished work directory into `images/`, so
 //! a crash at any point leaves no visible partial image; leftovers in `tmp/`
 //! are reclaimed by the next pull or `berth prune`. Locks are `flock`s, which
 //! Linux maps to POSIX locks on NFS and Lustre (mounted with `flock`): many
-//! processes on many nodes pulling one image convert it once.
+//! processes on many nodes pulling one image convert it once. `berth prune`
+//! also removes the blobs and build-cache entries no stored image needs
+//! ([`prune`]).
 //!
 //! - `records`: `meta.json` and the image found in a store.
 //! - `locks`: the locks and work directories.
+//! - [`blobs`]: the blob directory.
+//! - [`build_cache`]: the build cache's entries.
+//! - [`prune`]: what `berth prune` removes and what it keeps.
 
+pub mod blobs;
+pub mod build_cache;
 mod locks;
 mod lookup;
+pub mod prune;
 mod records;
 mod trust;
 
@@ -35,8 +47,10 @@ use crate::error::{Error, Result};
 use crate::reference::ImageRef;
 
 pub use locks::{LockGuard, WorkDir};
+pub use prune::Pruned;
 pub use records::{ImageRecord, LayerRecord, RunConfig, SquashfsRecord, StoredImage};
 
+use blobs::Blobs;
 use locks::lock_file;
 use trust::{distrust_path, trusted_shared};
 
@@ -102,6 +116,21 @@ impl Store {
     /// Locks the whole store (names index updates, prune).
     pub fn lock(&self) -> Result<LockGuard> {
         lock_file(&self.root.join("locks/store.lock"))
+    }
+
+    /// The blob directory, `STORE/blobs` (created if missing).
+    pub fn blobs(&self) -> Result<Blobs> {
+        Blobs::new(&self.blobs_dir())
+    }
+
+    /// Where the blob directory is: `STORE/blobs`.
+    pub fn blobs_dir(&self) -> PathBuf {
+        self.root.join("blobs")
+    }
+
+    /// Where the build cache is: `STORE/build-cache`.
+    pub fn build_cache_dir(&self) -> PathBuf {
+        self.root.join("build-cache")
     }
 
     /// Locks one image id while it is converted.
@@ -302,23 +331,6 @@ impl Store {
         fs::rename(dir, &grave).map_err(|e| Error::store("remove", dir, e))?;
         let _ = fs::set_permissions(&grave, fs::Permissions::from_mode(0o700));
         fs::remove_dir_all(&grave).map_err(|e| Error::store("remove", &grave, e))
-    }
-
-    /// Removes images no name points to and leftovers of crashed pulls.
-    /// Returns the ids removed.
-    pub fn prune(&self) -> Result<Vec<String>> {
-        self.reclaim_tmp();
-        let _lock = self.lock()?;
-        let names = Self::read_names(&self.root)?;
-        let mut removed = Vec::new();
-        for img in self.list()? {
-            if img.shared || names.values().any(|v| *v == img.record.id) {
-                continue;
-            }
-            self.delete_image_dir(&img.dir)?;
-            removed.push(img.record.id);
-        }
-        Ok(removed)
     }
 }
 

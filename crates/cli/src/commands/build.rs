@@ -2,12 +2,13 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{anyhow, Context as _, Result};
 use berth_build::builder::{self, BaseImage, Request, StorePaths};
 use berth_build::image_config::ImageConfig;
+use berth_image::archive::write_oci_archive;
 use berth_image::pipeline::{
     convert, parse_config, ConvertOptions, LayerDesc, LayerSource, ResolvedImage,
 };
@@ -271,66 +272,11 @@ pub fn manifest_blobs(manifest: &serde_json::Value) -> Vec<String> {
 pub fn save(ctx: &Context, args: SaveArgs) -> Result<ExitCode> {
     let config = ctx.config()?;
     let store = ctx.store(&config)?;
+    let _blobs_in_use = store.hold_blobs()?;
     let img = store.find(&args.image)?;
-    let (blobs, manifest_bytes, manifest) = local_manifest(&store, &img)?;
+    let (blobs, _, _) = local_manifest(&store, &img)?;
     let digest = img.record.manifest_digest.clone().unwrap_or_default();
-    let tmp = tmp_beside(&args.output);
-    let file =
-        std::fs::File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
-    let mut tar = tar::Builder::new(std::io::BufWriter::new(file));
-    let mut add = |name: &str, bytes: &[u8]| -> Result<()> {
-        let mut h = tar::Header::new_ustar();
-        h.set_size(bytes.len() as u64);
-        h.set_mode(0o644);
-        h.set_mtime(0);
-        tar.append_data(&mut h, name, bytes)?;
-        Ok(())
-    };
-    add("oci-layout", br#"{"imageLayoutVersion":"1.0.0"}"#)?;
-    let mut annotations = serde_json::Map::new();
-    if let Some(name) = img.names.first() {
-        let tag = name.rsplit_once(':').map(|(_, t)| t).unwrap_or("latest");
-        annotations.insert("org.opencontainers.image.ref.name".into(), tag.into());
-        annotations.insert("io.containerd.image.name".into(), name.clone().into());
-    }
-    let index = serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [{
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "digest": digest,
-            "size": manifest_bytes.len(),
-            "annotations": annotations,
-        }],
-    });
-    add("index.json", &serde_json::to_vec(&index)?)?;
-    add(
-        &format!("blobs/sha256/{}", digest.trim_start_matches("sha256:")),
-        &manifest_bytes,
-    )?;
-    for d in manifest_blobs(&manifest) {
-        let path = blobs.path(&d);
-        let f = std::fs::File::open(&path)?;
-        let mut h = tar::Header::new_ustar();
-        h.set_size(f.metadata()?.len());
-        h.set_mode(0o644);
-        h.set_mtime(0);
-        tar.append_data(
-            &mut h,
-            format!("blobs/sha256/{}", d.trim_start_matches("sha256:")),
-            f,
-        )?;
-    }
-    tar.into_inner()?
-        .into_inner()
-        .map_err(|e| e.into_error())?
-        .sync_all()?;
-    std::fs::rename(&tmp, &args.output)?;
+    let name = img.names.first().map(String::as_str);
+    write_oci_archive(&args.output, &blobs, &digest, name)?;
     Ok(ExitCode::SUCCESS)
-}
-
-fn tmp_beside(p: &Path) -> PathBuf {
-    let mut name = p.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-    name.push(format!(".tmp{}", std::process::id()));
-    p.with_file_name(name)
 }

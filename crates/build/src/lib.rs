@@ -3,19 +3,31 @@
 //! - [`dockerfile`]: Dockerfile to stages and steps (the `parse-dockerfile`
 //!   crate tokenizes; word splitting and variable substitution are here).
 //! - [`context`]: `.dockerignore`, COPY source globs, the sources' hash.
-//! - [`builder`]: the driver outside the user namespace: stages, config,
-//!   cache keys, the plan, the final config and manifest.
+//! - [`builder`]: the driver outside the user namespace: each stage's
+//!   base, the walk over its instructions, the plan, the worker's run.
+//! - [`instructions`]: what each instruction does to a stage's state and
+//!   config, and the worker's action for those that touch files.
+//! - [`cache_key`]: the build cache's keys.
+//! - [`image_config`]: the image config, typed.
+//! - [`manifest`]: the built image's layers, config and OCI manifest.
+//! - [`base_layer`]: one layer of a base image whose layers are not kept.
 //! - [`plan`]: what the driver hands the worker.
 //! - [`worker`]: `berth __build-worker`, in a user namespace where the user
 //!   is root: stage roots, RUN, COPY/ADD, layers.
 //! - [`layer`]: a step's changes as a layer blob, and applying one.
-//! - [`blobs`]: the store's blob directory.
+//!
+//! The blob directory and the build cache belong to the store
+//! ([`berth_image::store::blobs`], [`berth_image::store::build_cache`]).
 
-pub mod blobs;
+pub mod base_layer;
 pub mod builder;
+pub mod cache_key;
 pub mod context;
 pub mod dockerfile;
+pub mod image_config;
+pub mod instructions;
 pub mod layer;
+pub mod manifest;
 pub mod plan;
 pub mod worker;
 
@@ -60,6 +72,20 @@ pub enum Error {
     /// Anything else in the build's set-up.
     #[error("{0}")]
     Plan(String),
+    /// A base image's config.json cannot be read as an image config.
+    #[error("the config of the base image {image} is malformed: {reason}; pull it again, or build from another image")]
+    BaseConfig {
+        /// The image.
+        image: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A COPY, ADD or WORKDIR step's file operation in the image failed.
+    #[error(transparent)]
+    InImage(#[from] worker::InImageError),
+    /// The store's blob directory or build cache failed.
+    #[error(transparent)]
+    Store(#[from] berth_image::Error),
     /// A file operation failed.
     #[error("cannot {what} {path}: {source}")]
     Io {
@@ -79,6 +105,21 @@ impl Error {
             what,
             path: path.into(),
             source,
+        }
+    }
+}
+
+impl berth_config::exit::ExitStatus for Error {
+    /// A Dockerfile error or a failing step is the build's failure; the
+    /// worker's own failure is berth's; anything else is another failure.
+    fn exit(&self) -> berth_config::exit::Exit {
+        use berth_config::exit::Exit;
+        match self {
+            Error::Dockerfile { .. } | Error::Step { .. } | Error::StepFailed { .. } => Exit::Build,
+            Error::WorkerFailed(code) if *code == worker::EXIT_STEP_FAILED => Exit::Build,
+            Error::WorkerFailed(_) => Exit::Berth,
+            Error::Usage(_) => Exit::Usage,
+            _ => Exit::Other,
         }
     }
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::blobs::BlobRef;
+use berth_image::store::build_cache::CacheEntry;
 
 /// The worker's whole job.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -45,13 +45,6 @@ pub enum Base {
     Image(PathBuf),
     /// An earlier stage's final root.
     Stage(usize),
-}
-
-/// The result of a step, as the cache keeps it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CacheEntry {
-    /// The layer it made (none if it changed nothing).
-    pub layer: Option<BlobRef>,
 }
 
 /// A step that changes the file system.
@@ -112,28 +105,4 @@ pub enum Action {
         /// Absolute path.
         path: String,
     },
-}
-
-impl CacheEntry {
-    /// The cache file of `key` under `dir`.
-    pub fn path(dir: &std::path::Path, key: &str) -> PathBuf {
-        dir.join(format!("{key}.json"))
-    }
-
-    /// Reads the entry of `key`, if any.
-    pub fn load(dir: &std::path::Path, key: &str) -> Option<Self> {
-        serde_json::from_slice(&std::fs::read(Self::path(dir, key)).ok()?).ok()
-    }
-
-    /// Writes the entry of `key` (atomically).
-    pub fn save(&self, dir: &std::path::Path, key: &str) -> std::io::Result<()> {
-        std::fs::create_dir_all(dir)?;
-        let path = Self::path(dir, key);
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        std::fs::write(
-            &tmp,
-            serde_json::to_vec(self).map_err(std::io::Error::other)?,
-        )?;
-        std::fs::rename(tmp, path)
-    }
 }

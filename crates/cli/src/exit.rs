@@ -7,7 +7,7 @@ pub use berth_config::exit::{Exit, ExitStatus};
 /// The exit code and message for an error.
 pub fn describe(e: &anyhow::Error) -> (Exit, String) {
     let msg = format!("{e:#}");
-    let known: [Option<&dyn ExitStatus>; 5] = [
+    let known: [Option<&dyn ExitStatus>; 6] = [
         e.downcast_ref::<berth_image::Error>()
             .map(|x| x as &dyn ExitStatus),
         e.downcast_ref::<berth_runtime::Error>()
@@ -17,6 +17,8 @@ pub fn describe(e: &anyhow::Error) -> (Exit, String) {
         e.downcast_ref::<berth_inject::InjectError>()
             .map(|x| x as &dyn ExitStatus),
         e.downcast_ref::<berth_engine::Error>()
+            .map(|x| x as &dyn ExitStatus),
+        e.downcast_ref::<berth_build::Error>()
             .map(|x| x as &dyn ExitStatus),
     ];
     let code = known

@@ -38,7 +38,8 @@ pub enum Exit {
     HostResource = 17,
     /// A build failed: a Dockerfile error or a failing step.
     Build = 18,
-    /// `run`, `shell`, `exec`: berth's own failure (podman's code).
+    /// `run`, `shell`, `exec`, `build`: berth's own failure (podman's
+    /// code): the container or the build's worker did not start.
     Berth = 125,
     /// `run`, `shell`, `exec`: the command cannot be executed.
     NotExecutable = 126,

@@ -4,6 +4,12 @@
 //!
 //! Archives are not unpacked: one pass over the tar headers records where
 //! each member lies, and blobs are then read in place with positioned reads.
+//!
+//! [`write_oci_archive`] writes the oci-archive format (`berth save`).
+
+mod write;
+
+pub use write::{write_oci_archive, WriteError};
 
 use std::collections::HashMap;
 use std::fs::File;

@@ -8,6 +8,7 @@
 //! - [`archive`]: docker-archive, oci-archive and OCI layout sources.
 //! - [`layer`]: layer decompression and diff-ID verification.
 //! - [`flatten`]: applying the layer stack (whiteouts, links, path safety).
+//! - [`whiteout`]: the one rule for whiteout names (`.wh.NAME`, `.wh..wh..opq`).
 //! - [`squash`]: the squashfs writer.
 //! - [`store`]: the content-addressed store, its locks and atomic publication.
 //! - [`pull`]: the pipeline tying them together.
@@ -24,5 +25,6 @@ pub mod reference;
 pub mod registry;
 pub mod squash;
 pub mod store;
+pub mod whiteout;
 
 pub use error::{Error, ErrorClass, Result};

@@ -2,28 +2,30 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{anyhow, Context as _, Result};
-use berth_build::blobs::{BlobRef, Blobs, LAYER_MEDIA_TYPE};
 use berth_build::builder::{self, BaseImage, Request, StorePaths};
+use berth_build::image_config::ImageConfig;
+use berth_image::archive::write_oci_archive;
 use berth_image::pipeline::{
     convert, parse_config, ConvertOptions, LayerDesc, LayerSource, ResolvedImage,
 };
 use berth_image::reference::ImageRef;
+use berth_image::store::blobs::{BlobRef, Blobs, LAYER_MEDIA_TYPE};
 use berth_image::store::{Store, StoredImage};
 
 use super::Context;
 use crate::cli::{BuildArgs, SaveArgs, TagArgs};
+use crate::exit::ExitStatus;
 use crate::progress::Reporter;
-
-/// Exit code of a build whose RUN step failed or whose Dockerfile is bad.
-pub const EXIT_BUILD: u8 = 2;
 
 /// The store's blob directory (built images keep their layers there).
 pub fn blobs_of(store: &Store) -> Result<Blobs> {
-    Ok(Blobs::new(&store.root().join("blobs"))?)
+    // As a plain message, so that a failure exits with 1 as it always did
+    // rather than with the store class's code.
+    store.blobs().map_err(|e| anyhow!("{e}"))
 }
 
 /// Layer blobs from the store's blob directory.
@@ -68,10 +70,13 @@ pub fn build(ctx: &Context, args: BuildArgs) -> Result<ExitCode> {
         .iter()
         .map(|t| Ok(ImageRef::parse_local_name(t)?.store_name()))
         .collect::<Result<Vec<_>>>()?;
+    // Until the image is published and named: prune leaves the blobs and
+    // the build cache alone.
+    let _blobs_in_use = store.hold_blobs()?;
     let work = store.work_dir()?;
     let paths = StorePaths {
-        blobs: store.root().join("blobs"),
-        cache: store.root().join("build-cache"),
+        blobs: store.blobs_dir(),
+        cache: store.build_cache_dir(),
         work: work.path().join("build"),
     };
     let blobs = blobs_of(&store)?;
@@ -95,7 +100,7 @@ pub fn build(ctx: &Context, args: BuildArgs) -> Result<ExitCode> {
             .arg(plan)
             .status()
             .map_err(|e| berth_build::Error::io("start the build worker", &exe, e))?;
-        Ok(st.code().unwrap_or(125))
+        Ok(st.code().unwrap_or(berth_build::worker::EXIT_WORKER))
     };
     let req = Request {
         dockerfile,
@@ -109,18 +114,10 @@ pub fn build(ctx: &Context, args: BuildArgs) -> Result<ExitCode> {
         Ok(b) => b,
         Err(e @ (berth_build::Error::Dockerfile { .. } | berth_build::Error::Step { .. })) => {
             eprintln!("berth: error: {}: {e}", file.display());
-            return Ok(ExitCode::from(EXIT_BUILD));
+            return Ok(e.exit().into());
         }
-        Err(berth_build::Error::WorkerFailed(code)) => {
-            // The worker said which step and why.
-            return Ok(ExitCode::from(
-                if code == berth_build::worker::EXIT_STEP_FAILED {
-                    EXIT_BUILD
-                } else {
-                    125
-                },
-            ));
-        }
+        // The worker said which step and why.
+        Err(e @ berth_build::Error::WorkerFailed(_)) => return Ok(e.exit().into()),
         Err(e) => return Err(e.into()),
     };
     drop(work);
@@ -182,7 +179,7 @@ fn base_image(
         }
         Err(e) => return Err(e.into()),
     };
-    let cfg: serde_json::Value = serde_json::from_slice(&std::fs::read(img.config_path())?)?;
+    let cfg = ImageConfig::parse(&std::fs::read(img.config_path())?, name)?;
     let layers = img
         .record
         .layers
@@ -265,66 +262,11 @@ pub fn manifest_blobs(manifest: &serde_json::Value) -> Vec<String> {
 pub fn save(ctx: &Context, args: SaveArgs) -> Result<ExitCode> {
     let config = ctx.config()?;
     let store = ctx.store(&config)?;
+    let _blobs_in_use = store.hold_blobs()?;
     let img = store.find(&args.image)?;
-    let (blobs, manifest_bytes, manifest) = local_manifest(&store, &img)?;
+    let (blobs, _, _) = local_manifest(&store, &img)?;
     let digest = img.record.manifest_digest.clone().unwrap_or_default();
-    let tmp = tmp_beside(&args.output);
-    let file =
-        std::fs::File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
-    let mut tar = tar::Builder::new(std::io::BufWriter::new(file));
-    let mut add = |name: &str, bytes: &[u8]| -> Result<()> {
-        let mut h = tar::Header::new_ustar();
-        h.set_size(bytes.len() as u64);
-        h.set_mode(0o644);
-        h.set_mtime(0);
-        tar.append_data(&mut h, name, bytes)?;
-        Ok(())
-    };
-    add("oci-layout", br#"{"imageLayoutVersion":"1.0.0"}"#)?;
-    let mut annotations = serde_json::Map::new();
-    if let Some(name) = img.names.first() {
-        let tag = name.rsplit_once(':').map(|(_, t)| t).unwrap_or("latest");
-        annotations.insert("org.opencontainers.image.ref.name".into(), tag.into());
-        annotations.insert("io.containerd.image.name".into(), name.clone().into());
-    }
-    let index = serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [{
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "digest": digest,
-            "size": manifest_bytes.len(),
-            "annotations": annotations,
-        }],
-    });
-    add("index.json", &serde_json::to_vec(&index)?)?;
-    add(
-        &format!("blobs/sha256/{}", digest.trim_start_matches("sha256:")),
-        &manifest_bytes,
-    )?;
-    for d in manifest_blobs(&manifest) {
-        let path = blobs.path(&d);
-        let f = std::fs::File::open(&path)?;
-        let mut h = tar::Header::new_ustar();
-        h.set_size(f.metadata()?.len());
-        h.set_mode(0o644);
-        h.set_mtime(0);
-        tar.append_data(
-            &mut h,
-            format!("blobs/sha256/{}", d.trim_start_matches("sha256:")),
-            f,
-        )?;
-    }
-    tar.into_inner()?
-        .into_inner()
-        .map_err(|e| e.into_error())?
-        .sync_all()?;
-    std::fs::rename(&tmp, &args.output)?;
+    let name = img.names.first().map(String::as_str);
+    write_oci_archive(&args.output, &blobs, &digest, name)?;
     Ok(ExitCode::SUCCESS)
-}
-
-fn tmp_beside(p: &Path) -> PathBuf {
-    let mut name = p.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-    name.push(format!(".tmp{}", std::process::id()));
-    p.with_file_name(name)
 }

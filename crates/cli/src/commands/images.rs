@@ -174,8 +174,20 @@ pub fn remove(ctx: &Context, args: RmiArgs) -> Result<ExitCode> {
 pub fn prune(ctx: &Context) -> Result<ExitCode> {
     let config = ctx.config()?;
     let store = ctx.store(&config)?;
-    for id in store.prune()? {
+    let pruned = store.prune()?;
+    for id in &pruned.images {
         println!("Deleted: {id}");
+    }
+    if pruned.blobs > 0 || pruned.cache_entries > 0 {
+        println!(
+            "Deleted: {} unused blobs ({}) and {} build-cache entries",
+            pruned.blobs,
+            human_size(pruned.blob_bytes),
+            pruned.cache_entries
+        );
+    }
+    if let Some(why) = &pruned.blobs_kept_because {
+        eprintln!("berth: note: blobs and the build cache were not pruned: {why}");
     }
     Ok(ExitCode::SUCCESS)
 }

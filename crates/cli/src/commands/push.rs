@@ -17,6 +17,8 @@ pub fn push(ctx: &Context, args: PushArgs) -> Result<ExitCode> {
     let config = ctx.config()?;
     let store = ctx.store(&config)?;
     let img = store.find(&args.image)?;
+    // Prune keeps its hands off the blobs while the push reads them.
+    let _blobs = store.hold_blobs()?;
     let (blobs, manifest_bytes, manifest) = local_manifest(&store, &img)?;
     let dest = args
         .destination

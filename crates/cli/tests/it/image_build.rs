@@ -187,7 +187,7 @@ fn a_failing_step_names_its_line_and_leaves_nothing() {
         &format!("FROM {base}\nRUN echo one > /tmp/one\nRUN exit 7\n"),
     );
     let out = sb.run(&["build", "--tls-verify=false", "-t", "broken", &ctx]);
-    assert_eq!(out.code(), 2, "{}", out.stderr());
+    assert_eq!(out.code(), 18, "{}", out.stderr());
     assert!(
         out.stderr().contains("line 3") && out.stderr().contains("exit code 7"),
         "{}",
@@ -207,7 +207,7 @@ fn a_failing_step_names_its_line_and_leaves_nothing() {
     .unwrap();
     sb.chown_to_user(&ctx2);
     let out = sb.run(&["build", &ctx2.to_string_lossy()]);
-    assert_eq!(out.code(), 2, "{}", out.stderr());
+    assert_eq!(out.code(), 18, "{}", out.stderr());
     assert!(
         out.stderr().contains("line 2") && out.stderr().contains("ONBUILD"),
         "{}",

@@ -1,7 +1,8 @@
 //! The store's blob directory (`STORE/blobs/sha256/HEX`): layer, config
 //! and manifest blobs of built images, kept for push, save and the build
-//! cache. Blobs are written to a temporary file and renamed into place
-//! under their digest, so a blob that exists is complete.
+//! cache. Blobs are written to a temporary file (`.tmp-*`, in the same
+//! directory) and renamed into place under their digest, so a blob that
+//! exists is complete.
 
 use std::fs;
 use std::io::{self, Write};
@@ -9,11 +10,16 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::context::hex;
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// The OCI media type of berth's layers.
 pub const LAYER_MEDIA_TYPE: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+
+/// The subdirectory that holds the blobs, named by the digest algorithm.
+pub(crate) const DIGEST_DIR: &str = "sha256";
+
+/// The name prefix of a blob still being written.
+pub(crate) const TMP_PREFIX: &str = ".tmp-";
 
 /// A stored layer blob.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -72,8 +78,8 @@ impl Write for LayerWriter {
 impl Blobs {
     /// The blob directory under `dir` (`STORE/blobs`), created if needed.
     pub fn new(dir: &Path) -> Result<Self> {
-        let dir = dir.join("sha256");
-        fs::create_dir_all(&dir).map_err(|e| Error::io("create", &dir, e))?;
+        let dir = dir.join(DIGEST_DIR);
+        fs::create_dir_all(&dir).map_err(|e| Error::store("create", &dir, e))?;
         Ok(Self { dir })
     }
 
@@ -90,9 +96,9 @@ impl Blobs {
     /// A new blob.
     pub fn writer(&self) -> Result<BlobWriter> {
         let file = tempfile::Builder::new()
-            .prefix(".tmp-")
+            .prefix(TMP_PREFIX)
             .tempfile_in(&self.dir)
-            .map_err(|e| Error::io("create a blob in", &self.dir, e))?;
+            .map_err(|e| Error::store("create a blob in", &self.dir, e))?;
         Ok(BlobWriter {
             file,
             hash: Sha256::new(),
@@ -112,20 +118,20 @@ impl Blobs {
     /// Finishes a layer blob and stores it under its digest, with the
     /// uncompressed stream's digest as its diff_id.
     pub fn commit_layer(&self, w: LayerWriter) -> Result<BlobRef> {
-        let diff_id = format!("sha256:{}", hex(&w.diff_hash.finalize()));
+        let diff_id = format!("sha256:{}", hex::encode(w.diff_hash.finalize()));
         let blob =
             w.gz.finish()
-                .map_err(|e| Error::io("compress the layer into", &self.dir, e))?;
+                .map_err(|e| Error::store("compress the layer into", &self.dir, e))?;
         self.commit(blob, diff_id)
     }
 
     /// Stores a finished layer blob under its digest.
     fn commit(&self, w: BlobWriter, diff_id: String) -> Result<BlobRef> {
-        let digest = format!("sha256:{}", hex(&w.hash.finalize()));
+        let digest = format!("sha256:{}", hex::encode(w.hash.finalize()));
         let path = self.path(&digest);
         w.file
             .persist(&path)
-            .map_err(|e| Error::io("store the blob", &path, e.error))?;
+            .map_err(|e| Error::store("store the blob", &path, e.error))?;
         Ok(BlobRef {
             digest,
             diff_id,
@@ -135,16 +141,43 @@ impl Blobs {
 
     /// Stores `bytes` (a config or manifest); returns its digest.
     pub fn put(&self, bytes: &[u8]) -> Result<String> {
-        let digest = format!("sha256:{}", hex(&Sha256::digest(bytes)));
+        let digest = format!("sha256:{}", hex::encode(Sha256::digest(bytes)));
         let path = self.path(&digest);
         if !path.is_file() {
             let mut w = self.writer()?;
             w.write_all(bytes)
-                .map_err(|e| Error::io("write", &path, e))?;
+                .map_err(|e| Error::store("write", &path, e))?;
             w.file
                 .persist(&path)
-                .map_err(|e| Error::io("store the blob", &path, e.error))?;
+                .map_err(|e| Error::store("store the blob", &path, e.error))?;
         }
         Ok(digest)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blobs_are_stored_under_their_digest() {
+        let dir = tempfile::tempdir().unwrap();
+        let blobs = Blobs::new(dir.path()).unwrap();
+        let digest = blobs.put(b"config").unwrap();
+        assert_eq!(digest, crate::layer::sha256_digest(b"config"));
+        assert_eq!(blobs.put(b"config").unwrap(), digest);
+        assert_eq!(fs::read(blobs.path(&digest)).unwrap(), b"config");
+        let mut w = blobs.layer_writer().unwrap();
+        w.write_all(b"a tar stream").unwrap();
+        let layer = blobs.commit_layer(w).unwrap();
+        let stored = fs::read(blobs.path(&layer.digest)).unwrap();
+        assert_eq!(layer.digest, crate::layer::sha256_digest(&stored));
+        assert_eq!(layer.size, stored.len() as u64);
+        assert_eq!(layer.diff_id, crate::layer::sha256_digest(b"a tar stream"));
+        // Nothing half-written is left beside them.
+        assert_eq!(
+            fs::read_dir(dir.path().join(DIGEST_DIR)).unwrap().count(),
+            2
+        );
     }
 }

@@ -21,6 +21,8 @@
 //! - [`shared`]: per-node shared containers that tasks join (`--shared`,
 //!   `berth exec`, `berth ps`).
 
+#![deny(unsafe_code)]
+
 pub mod container;
 pub mod error;
 pub mod hooks;
@@ -34,6 +36,7 @@ pub mod seccomp;
 pub mod semantics;
 pub mod shared;
 pub mod state;
+#[allow(unsafe_code)]
 pub mod sys;
 
 pub use container::{Preflight, RunSpec};

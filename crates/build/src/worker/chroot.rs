@@ -5,7 +5,7 @@ use std::fs;
 use std::io::Read;
 use std::path::Path;
 
-use berth_runtime::sys::{self, Fork};
+use berth_runtime::sys::{self, Fork, Kernel, LINUX};
 
 use super::InImageError;
 
@@ -21,11 +21,9 @@ pub(super) fn in_root(
     match sys::fork().map_err(helper("fork"))? {
         Fork::Child => {
             drop(r);
-            let result = rustix::process::chroot(root)
+            let result = LINUX
+                .chroot(root)
                 .map_err(|e| helper("chroot into the stage root")(e.into()))
-                .and_then(|_| {
-                    std::env::set_current_dir("/").map_err(helper("enter the stage root"))
-                })
                 .and_then(|_| f());
             let code = match result {
                 Ok(()) => 0,

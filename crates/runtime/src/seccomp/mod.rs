@@ -320,30 +320,11 @@ pub fn install(mode: &Seccomp) -> Result<()> {
 
 /// Loads `program` as the thread's seccomp filter (allocates nothing).
 fn load(program: &[libc::sock_filter]) -> std::io::Result<()> {
-    let fprog = libc::sock_fprog {
-        len: program.len() as u16,
-        // The kernel only reads through this pointer.
-        filter: program.as_ptr() as *mut libc::sock_filter,
-    };
-    // SAFETY: `fprog` points at `program`, which outlives the call; the
-    // kernel copies the program (it never writes it) and keeps no pointer
-    // to it.
-    let rc = unsafe {
-        libc::prctl(
-            libc::PR_SET_SECCOMP,
-            libc::SECCOMP_MODE_FILTER as libc::c_ulong,
-            &fprog as *const libc::sock_fprog as libc::c_ulong,
-            0,
-            0,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    crate::sys::process::load_seccomp_filter(program)
 }
 
 #[cfg(test)]
+#[allow(unsafe_code)]
 pub(crate) mod tests {
     use super::*;
 
@@ -426,7 +407,8 @@ pub(crate) mod tests {
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0);
         if pid == 0 {
-            let loaded = rustix::thread::set_no_new_privs(true).is_ok() && load(program).is_ok();
+            let loaded = crate::sys::Kernel::set_no_new_privs(&crate::sys::LINUX).is_ok()
+                && load(program).is_ok();
             let code = if loaded { checks().unwrap_or(4) } else { 1 };
             // SAFETY: leaves the forked child without running destructors.
             unsafe { libc::_exit(code) };

@@ -206,3 +206,29 @@ pub fn exec_without_root_powers(cmd: &mut std::process::Command) {
         });
     }
 }
+
+/// Loads `program` as the thread's seccomp filter (allocates nothing).
+/// Needs `no_new_privs` (set before) or `CAP_SYS_ADMIN`.
+pub fn load_seccomp_filter(program: &[libc::sock_filter]) -> std::io::Result<()> {
+    let fprog = libc::sock_fprog {
+        len: program.len() as u16,
+        // The kernel only reads through this pointer.
+        filter: program.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: `fprog` points at `program`, which outlives the call; the
+    // kernel copies the program (it never writes it) and keeps no pointer
+    // to it.
+    let rc = unsafe {
+        libc::prctl(
+            libc::PR_SET_SECCOMP,
+            libc::SECCOMP_MODE_FILTER as libc::c_ulong,
+            &fprog as *const libc::sock_fprog as libc::c_ulong,
+            0,
+            0,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -8,7 +8,6 @@
 //! The last component is opened again with the caller's flags plus
 //! `O_NOFOLLOW`, so a symlink swapped in after the walk fails with `ELOOP`
 //! instead of being followed.
-#![allow(clippy::disallowed_methods)]
 
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};

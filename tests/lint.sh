@@ -7,7 +7,8 @@
 # Runs shellcheck (every severity, following `source`) over the shell
 # scripts of bench/, tests/, examples/ and .ci/: the tracked *.sh files, and
 # tracked files without an extension whose first line is a #! of sh or
-# bash; and flake8 over every tracked *.py file (settings in .flake8).
+# bash; flake8 over every tracked *.py file (settings in .flake8); and two
+# checks of the Rust code's structure (module cycles, file sizes).
 # Exits non-zero on any finding. A finding that is not a bug is disabled on
 # its own line, with a comment that says why. tests/setup/setup.sh installs
 # both tools (Debian's shellcheck and flake8 packages).
@@ -49,5 +50,17 @@ echo "shellcheck: ${#shell_scripts[@]} scripts"
 shellcheck --external-sources "${shell_scripts[@]}" || status=1
 echo "flake8: ${#python_files[@]} files"
 flake8 "${python_files[@]}" || status=1
+# The structure the code keeps (issue 15): no import cycle between the
+# modules of a crate, no Rust file over 600 lines.
+echo "module cycles: tests/module_cycles.py"
+python3 tests/module_cycles.py || status=1
+long=0
+while read -r n f; do
+    if [[ $f != total && $n -gt 600 ]]; then
+        echo "$f: $n lines (more than 600: split it by job)"
+        long=1
+    fi
+done < <(tracked 'crates/*.rs' | xargs wc -l)
+if ((long)); then status=1; else echo "file sizes: every Rust file under crates/ has 600 lines or fewer"; fi
 if ((status == 0)); then echo "lint: clean"; fi
 exit "$status"

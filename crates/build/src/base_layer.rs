@@ -3,14 +3,29 @@
 //! squashfs as a tar (`sqfs2tar`), made once per base image and found
 //! again through the build cache.
 
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use berth_image::store::blobs::{BlobRef, Blobs};
 use berth_image::store::build_cache::CacheEntry;
 
-use crate::builder::BaseImage;
 use crate::cache_key;
+use crate::image_config::ImageConfig;
 use crate::{Error, Result};
+
+/// A base image from the store, as the builder needs it.
+#[derive(Debug, Clone)]
+pub struct BaseImage {
+    /// Image id.
+    pub id: String,
+    /// Its squashfs file.
+    pub squashfs: PathBuf,
+    /// Its config.json.
+    pub config: ImageConfig,
+    /// Its layers, when the store's blob directory has all of them (an
+    /// image berth built); else the image is flattened into one layer.
+    pub layers: Option<Vec<BlobRef>>,
+}
 
 /// The one layer of `img`, from the cache or made now.
 pub fn flatten_base(img: &BaseImage, blobs: &Blobs, cache: &std::path::Path) -> Result<BlobRef> {

@@ -9,15 +9,17 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use berth_image::store::blobs::{BlobRef, Blobs};
+use berth_image::store::blobs::Blobs;
 use berth_image::store::build_cache::CacheEntry;
 
 use crate::base_layer::flatten_base;
+pub use crate::base_layer::BaseImage;
 use crate::cache_key;
 use crate::context::Ignore;
 use crate::dockerfile::{self, Dockerfile, Kind, Stage};
 use crate::image_config::ImageConfig;
 use crate::instructions::{PendingHistory, StageState, Surroundings};
+pub use crate::manifest::Built;
 use crate::manifest::{assemble, StepResults};
 use crate::plan::{Base, Plan, PlanStage, PlanStep};
 use crate::{Error, Result};
@@ -35,37 +37,6 @@ pub struct Request {
     pub target: Option<String>,
     /// `--no-cache`: run every step.
     pub no_cache: bool,
-}
-
-/// A base image from the store, as the builder needs it.
-#[derive(Debug, Clone)]
-pub struct BaseImage {
-    /// Image id.
-    pub id: String,
-    /// Its squashfs file.
-    pub squashfs: PathBuf,
-    /// Its config.json.
-    pub config: ImageConfig,
-    /// Its layers, when the store's blob directory has all of them (an
-    /// image berth built); else the image is flattened into one layer.
-    pub layers: Option<Vec<BlobRef>>,
-}
-
-/// A built image: blobs are in the store's blob directory.
-#[derive(Debug, Clone)]
-pub struct Built {
-    /// config.json, byte for byte.
-    pub config: Vec<u8>,
-    /// The OCI manifest, byte for byte.
-    pub manifest: Vec<u8>,
-    /// Its digest.
-    pub manifest_digest: String,
-    /// Layers, bottom first.
-    pub layers: Vec<BlobRef>,
-    /// File-system steps run and taken from the cache.
-    pub ran: usize,
-    /// Steps the cache had.
-    pub cached: usize,
 }
 
 /// Where the build keeps things in the store.

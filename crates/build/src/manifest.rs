@@ -9,11 +9,27 @@ use oci_spec::image::{
     DescriptorBuilder, Digest, History, ImageManifest, ImageManifestBuilder, MediaType, RootFs,
 };
 
-use crate::builder::Built;
 use crate::image_config::host_arch;
 use crate::instructions::{PendingHistory, StageState};
 use crate::plan::{Base, Plan};
 use crate::{Error, Result};
+
+/// A built image: blobs are in the store's blob directory.
+#[derive(Debug, Clone)]
+pub struct Built {
+    /// config.json, byte for byte.
+    pub config: Vec<u8>,
+    /// The OCI manifest, byte for byte.
+    pub manifest: Vec<u8>,
+    /// Its digest.
+    pub manifest_digest: String,
+    /// Layers, bottom first.
+    pub layers: Vec<BlobRef>,
+    /// File-system steps run and taken from the cache.
+    pub ran: usize,
+    /// Steps the cache had.
+    pub cached: usize,
+}
 
 /// What the steps of the target's stages made.
 pub struct StepResults {

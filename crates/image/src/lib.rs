@@ -6,6 +6,7 @@
 //! - [`reference`]: Docker-grammar image references.
 //! - [`registry`]: the OCI distribution client (auth, retries, resume).
 //! - [`archive`]: docker-archive, oci-archive and OCI layout sources.
+//! - [`image_config`]: an image's OCI config and its run-time settings.
 //! - [`layer`]: layer decompression and diff-ID verification.
 //! - [`flatten`]: applying the layer stack (whiteouts, links, path safety).
 //! - [`whiteout`]: the one rule for whiteout names (`.wh.NAME`, `.wh..wh..opq`).
@@ -17,6 +18,7 @@ pub mod archive;
 pub mod auth;
 pub mod error;
 pub mod flatten;
+pub mod image_config;
 pub mod layer;
 pub mod pipeline;
 pub mod platform;

@@ -19,9 +19,7 @@ use crate::error::{Error, Result};
 use crate::flatten::Flattener;
 use crate::layer::{from_io, LayerStream};
 use crate::squash::SquashWriter;
-use crate::store::{
-    timestamp, ImageRecord, LayerRecord, RunConfig, SquashfsRecord, Store, StoredImage,
-};
+use crate::store::{timestamp, ImageRecord, LayerRecord, SquashfsRecord, Store, StoredImage};
 
 /// One layer as the manifest lists it.
 #[derive(Debug, Clone)]
@@ -115,31 +113,7 @@ pub fn layers_of(manifest: &ImageManifest, reference: &str) -> Result<Vec<LayerD
     Ok(layers)
 }
 
-/// Parses and checks an image config.
-pub fn parse_config(bytes: &[u8], reference: &str) -> Result<ImageConfiguration> {
-    serde_json::from_slice(bytes)
-        .map_err(|e| Error::BadImage(format!("{reference}: malformed image config: {e}")))
-}
-
-/// The run-time settings (`Env`, `Entrypoint`, `Cmd`, ...) of an image config.
-pub fn run_config(config: &ImageConfiguration) -> RunConfig {
-    let Some(c) = config.config() else {
-        return RunConfig::default();
-    };
-    RunConfig {
-        env: c.env().clone().unwrap_or_default(),
-        entrypoint: c.entrypoint().clone().unwrap_or_default(),
-        cmd: c.cmd().clone().unwrap_or_default(),
-        workdir: c.working_dir().clone().unwrap_or_default(),
-        user: c.user().clone().unwrap_or_default(),
-        labels: c
-            .labels()
-            .clone()
-            .map(|l| l.into_iter().collect())
-            .unwrap_or_default(),
-        stop_signal: c.stop_signal().clone().unwrap_or_default(),
-    }
-}
+pub use crate::image_config::{parse_config, run_config};
 
 fn platform_of(config: &ImageConfiguration) -> String {
     let mut p = format!("{}/{}", config.os(), config.architecture());

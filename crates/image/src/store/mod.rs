@@ -46,9 +46,10 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::reference::ImageRef;
 
+pub use crate::image_config::RunConfig;
 pub use locks::{LockGuard, WorkDir};
 pub use prune::Pruned;
-pub use records::{ImageRecord, LayerRecord, RunConfig, SquashfsRecord, StoredImage};
+pub use records::{ImageRecord, LayerRecord, SquashfsRecord, StoredImage};
 
 use blobs::Blobs;
 use locks::lock_file;

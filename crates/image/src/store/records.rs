@@ -1,6 +1,6 @@
 //! berth's records of images: `meta.json` and what it holds.
 
-use std::collections::BTreeMap;
+use crate::image_config::RunConfig;
 use std::fs::File;
 use std::path::PathBuf;
 
@@ -43,26 +43,6 @@ impl SquashfsRecord {
     pub fn file_is_plain(&self) -> bool {
         !self.file.is_empty() && !self.file.contains('/') && self.file != "." && self.file != ".."
     }
-}
-
-/// The image's run-time settings, lifted from the OCI config.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct RunConfig {
-    /// `Env` as `K=V` strings.
-    pub env: Vec<String>,
-    /// `Entrypoint`.
-    pub entrypoint: Vec<String>,
-    /// `Cmd`.
-    pub cmd: Vec<String>,
-    /// `WorkingDir`.
-    pub workdir: String,
-    /// `User`.
-    pub user: String,
-    /// `Labels`.
-    pub labels: BTreeMap<String, String>,
-    /// `StopSignal`.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub stop_signal: String,
 }
 
 /// berth's record of one image (`meta.json`).
@@ -130,8 +110,8 @@ impl StoredImage {
                 self.record.id
             )));
         }
-        let config = crate::pipeline::parse_config(&bytes, &self.record.id)?;
-        Ok(crate::pipeline::run_config(&config))
+        let config = crate::image_config::parse_config(&bytes, &self.record.id)?;
+        Ok(crate::image_config::run_config(&config))
     }
 
     /// Path of the exact config JSON.

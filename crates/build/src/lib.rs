@@ -19,6 +19,8 @@
 //! The blob directory and the build cache belong to the store
 //! ([`berth_image::store::blobs`], [`berth_image::store::build_cache`]).
 
+#![forbid(unsafe_code)]
+
 pub mod base_layer;
 pub mod builder;
 pub mod cache_key;

@@ -1,6 +1,8 @@
 //! `berth`: a rootless container engine for HPC. This binary only parses the
 //! command line and hands off to the library crates.
 
+#![forbid(unsafe_code)]
+
 mod cli;
 mod commands;
 mod exit;

@@ -10,6 +10,8 @@
 //! results cannot fill is an error, not a stale number.
 //! `bench/run.sh` runs it after the benchmarks.
 
+#![forbid(unsafe_code)]
+
 mod bench;
 mod fmt;
 mod results;

@@ -15,6 +15,8 @@
 //!
 //! Counters are written as JSON to `--stats` every 100 ms.
 
+#![forbid(unsafe_code)]
+
 mod fs;
 
 use std::path::PathBuf;

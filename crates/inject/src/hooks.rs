@@ -40,11 +40,9 @@ pub const STAGES: &[&str] = &[
     "poststop",
 ];
 
-/// The standard hooks.d directories, lowest priority first.
-pub const DEFAULT_DIRS: &[&str] = &[
-    "/usr/share/containers/oci/hooks.d",
-    "/etc/containers/oci/hooks.d",
-];
+/// The standard hooks.d directories, lowest priority first (defined with
+/// the other default host paths).
+pub use crate::host::DEFAULT_HOOKS_DIRS as DEFAULT_DIRS;
 
 /// The program part of a hook file.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]

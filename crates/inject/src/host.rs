@@ -6,6 +6,12 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+/// The standard OCI hooks.d directories, lowest priority first.
+pub const DEFAULT_HOOKS_DIRS: &[&str] = &[
+    "/usr/share/containers/oci/hooks.d",
+    "/etc/containers/oci/hooks.d",
+];
+
 /// Host locations for discovery.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -41,10 +47,7 @@ impl Default for HostPaths {
             ],
             nvidia_proc: PathBuf::from("/proc/driver/nvidia"),
             modules_dir: PathBuf::from("/etc/berth/modules.d"),
-            hooks_dirs: crate::hooks::DEFAULT_DIRS
-                .iter()
-                .map(PathBuf::from)
-                .collect(),
+            hooks_dirs: DEFAULT_HOOKS_DIRS.iter().map(PathBuf::from).collect(),
         }
     }
 }

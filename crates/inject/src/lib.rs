@@ -210,7 +210,7 @@ fn host_device(spec: &str, plan: &mut Plan) -> Result<(), InjectError> {
         });
     }
     let source = std::path::PathBuf::from(src);
-    if module::kind_of(&source) != Some(plan::MountKind::Device) {
+    if plan::MountKind::of(&source) != Some(plan::MountKind::Device) {
         return Err(InjectError::DeviceNode {
             origin: format!("--device {spec}"),
             path: source,

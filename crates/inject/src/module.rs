@@ -19,7 +19,6 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -213,18 +212,6 @@ fn expand(src: &str) -> Result<Vec<PathBuf>, String> {
     }
 }
 
-/// What a host path is, following symlinks.
-pub fn kind_of(path: &Path) -> Option<MountKind> {
-    let ft = fs::metadata(path).ok()?.file_type();
-    if ft.is_dir() {
-        Some(MountKind::Dir)
-    } else if ft.is_char_device() || ft.is_block_device() {
-        Some(MountKind::Device)
-    } else {
-        Some(MountKind::File)
-    }
-}
-
 /// Where a match of `src` lands: DST/NAME for globs with a DST, DST for a
 /// plain path with one, else its own path.
 fn target_of(src: &str, dst: &Option<String>, path: &Path) -> String {
@@ -282,7 +269,9 @@ impl Module {
                 missing(plan, "bind", &src)?;
             }
             for p in paths {
-                let Some(kind) = kind_of(&p) else { continue };
+                let Some(kind) = MountKind::of(&p) else {
+                    continue;
+                };
                 plan.mount(Mount {
                     target: target_of(&src, &dst, &p),
                     source: p,
@@ -299,7 +288,7 @@ impl Module {
                 missing(plan, "device", &src)?;
             }
             for p in paths {
-                if kind_of(&p) != Some(MountKind::Device) {
+                if MountKind::of(&p) != Some(MountKind::Device) {
                     return Err(InjectError::DeviceNode {
                         origin: origin.clone(),
                         path: p,

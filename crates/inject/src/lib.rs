@@ -22,6 +22,8 @@
 //! one weakness, a program that clears `LD_LIBRARY_PATH`, is what modules'
 //! `library_dirs` and CDI mounts at the image's own library paths are for.
 
+#![forbid(unsafe_code)]
+
 pub mod cdi;
 pub mod elf;
 pub mod error;

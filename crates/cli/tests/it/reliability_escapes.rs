@@ -23,6 +23,10 @@ fn sh(sb: &Sandbox, image: &str, extra: &[&str], script: &str) -> crate::harness
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn a_bind_target_through_the_images_absolute_symlink_stays_inside() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -45,6 +49,10 @@ fn a_bind_target_through_the_images_absolute_symlink_stays_inside() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn device_nodes_berths_process_and_the_image_are_out_of_reach() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -114,12 +122,14 @@ fn other_user() -> Option<(u32, u32)> {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_root),
+    ignore = "needs root and the test fixtures: sudo bash tests/setup/setup.sh, then the tests as root"
+)]
 fn another_users_private_store_is_out_of_reach() {
     let env = need_env!();
-    if env.user.is_none() {
-        eprintln!("skipped: needs root to run as a second user");
-        return;
-    }
+    // Root, to run as a second user.
+    env.test_user();
     let sb = Sandbox::new(env);
     let Some((uid, gid)) = other_user() else {
         panic!("cannot create the second test user berthtest2");
@@ -163,6 +173,10 @@ fn another_users_private_store_is_out_of_reach() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn berths_helpers_cannot_be_traced_from_a_container() {
     let env = need_env!();
     let mut sb = Sandbox::new(env);

@@ -19,6 +19,10 @@ fn fd_count(pid: i32) -> usize {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn many_runs_at_once_and_in_a_row_leak_nothing() {
     let env = need_env!();
     let mut sb = Sandbox::new(env);

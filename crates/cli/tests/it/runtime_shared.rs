@@ -31,6 +31,10 @@ fn wait_gone(sb: &Sandbox, key: &str) {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn sixty_four_tasks_at_once_join_one_container_and_it_goes_away() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -79,6 +83,10 @@ fn sixty_four_tasks_at_once_join_one_container_and_it_goes_away() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn tasks_share_exec_joins_a_crash_hurts_no_one_and_options_must_match() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -170,6 +178,10 @@ fn tasks_share_exec_joins_a_crash_hurts_no_one_and_options_must_match() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn a_lingering_container_waits_for_the_next_task() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -203,6 +215,10 @@ fn a_lingering_container_waits_for_the_next_task() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn a_task_killed_mid_way_leaves_the_others_running() {
     let env = need_env!();
     let sb = Sandbox::new(env);

@@ -32,10 +32,11 @@
 
 use std::collections::HashMap;
 use std::fs;
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, ChildStdout, Command, Output, Stdio};
 use std::sync::OnceLock;
 
 /// The fixture environment.
@@ -363,6 +364,73 @@ impl Sandbox {
         self.run(&["pull", "--tls-verify=false", &r]).ok()
     }
 
+    /// Pulls `berth-test/NAME` of the anonymous registry and returns the
+    /// reference, for `berth run`.
+    pub fn pulled(&self, name: &str) -> String {
+        self.pull(name);
+        format!("{}/berth-test/{name}", self.env.anon())
+    }
+
+    /// The test image of layers (hard links, whiteouts, owners), pulled.
+    pub fn layers(&self) -> String {
+        self.pulled("layers:latest")
+    }
+
+    /// The Debian + python3 test image, pulled.
+    pub fn debian(&self) -> String {
+        self.pulled("debian-python:latest")
+    }
+
+    /// `berth run [EXTRA] IMAGE /bin/sh -c SCRIPT` with the entrypoint
+    /// cleared.
+    pub fn sh(&self, image: &str, extra: &[&str], script: &str) -> Out {
+        let mut args = vec!["run", "--entrypoint", ""];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&[image, "/bin/sh", "-c", script]);
+        self.run(&args)
+    }
+
+    /// Runs berth with `input` on its standard input.
+    pub fn run_with_input(&self, args: &[&str], input: &str) -> Out {
+        let mut child = self
+            .berth(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        Out(child.wait_with_output().unwrap())
+    }
+
+    /// Asserts that the store's tmp/ holds nothing (no work directory left
+    /// behind by an interrupted or failed command).
+    pub fn assert_store_tmp_empty(&self) {
+        let left = self.store_entries("tmp");
+        assert!(left.is_empty(), "left in the store's tmp/: {left:?}");
+    }
+
+    /// Starts `count` berth commands at once, the `i`th with `args(i)`,
+    /// their output piped (for [`outputs`]).
+    pub fn spawn_berths(&self, count: usize, args: impl Fn(usize) -> Vec<String>) -> Vec<Child> {
+        (0..count)
+            .map(|i| {
+                let args = args(i);
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                self.berth(&args)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect()
+    }
+
     /// A `podman` command run as the test user, with the fixture's podman
     /// state; `None` when the fixture has no podman.
     pub fn podman(&self, args: &[&str]) -> Option<Out> {
@@ -397,6 +465,33 @@ impl Sandbox {
                 .map(|e| e.file_name().to_string_lossy().into_owned())
                 .collect(),
             Err(_) => vec![],
+        }
+    }
+}
+
+/// Waits for `children` (from [`Sandbox::spawn_berths`]) and returns their
+/// outputs, in order.
+pub fn outputs(children: Vec<Child>) -> Vec<Out> {
+    children
+        .into_iter()
+        .map(|c| Out(c.wait_with_output().unwrap()))
+        .collect()
+}
+
+/// Reads `child`'s standard output up to a line `ready` (the command
+/// prints it once it is set up: a signal handler installed, say), so the
+/// test acts then and not after a guessed sleep. The rest of the output
+/// stays readable.
+pub fn wait_ready(child: &mut Child) -> BufReader<ChildStdout> {
+    let stdout = child.stdout.take().expect("stdout piped");
+    let mut reader = BufReader::new(stdout);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = reader.read_line(&mut line).unwrap();
+        assert!(n > 0, "the command ended before it was ready");
+        if line.trim_end() == "ready" {
+            return reader;
         }
     }
 }

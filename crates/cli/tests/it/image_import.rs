@@ -102,9 +102,5 @@ fn import_errors_are_clear() {
     sb.run(&["import", &format!("oci:{}", copy.display()), "tampered"])
         .fails(13, "tampered");
     assert!(sb.store_entries("images").is_empty());
-    assert!(
-        sb.store_entries("tmp").is_empty(),
-        "{:?}",
-        sb.store_entries("tmp")
-    );
+    sb.assert_store_tmp_empty();
 }

@@ -358,11 +358,7 @@ fn concurrent_pulls_convert_once() {
         "the image was converted {conversions} times"
     );
     assert_eq!(sb.store_entries("images").len(), 1);
-    assert!(
-        sb.store_entries("tmp").is_empty(),
-        "{:?}",
-        sb.store_entries("tmp")
-    );
+    sb.assert_store_tmp_empty();
 }
 
 /// The images of tests/setup/producer_images.sh (umoci insert with its root

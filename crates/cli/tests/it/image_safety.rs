@@ -98,9 +98,5 @@ fn tampered_registry_blob_is_refused() {
     sb.run(&["pull", "--tls-verify=false", &r])
         .fails(13, &layer[..12]);
     assert!(sb.store_entries("images").is_empty());
-    assert!(
-        sb.store_entries("tmp").is_empty(),
-        "{:?}",
-        sb.store_entries("tmp")
-    );
+    sb.assert_store_tmp_empty();
 }

@@ -109,11 +109,7 @@ fn killed_pulls_leave_no_partial_image_and_the_next_pull_works() {
     sb.run(&["pull", "-q", "--tls-verify=false", &r]).ok();
     sb.run(&["check"]).ok();
     sb.run(&["prune"]).ok();
-    assert!(
-        sb.store_entries("tmp").is_empty(),
-        "{:?}",
-        sb.store_entries("tmp")
-    );
+    sb.assert_store_tmp_empty();
 }
 
 #[test]

@@ -5,8 +5,6 @@
 //! 401 to a wrong password.
 
 use std::fs;
-use std::io::Write;
-use std::process::Stdio;
 
 use crate::harness::{Env, Out, Sandbox};
 use crate::need_env;
@@ -19,27 +17,17 @@ fn token_registry(env: &'static Env) -> &'static str {
 
 /// `berth login --password-stdin` with `password` on standard input.
 fn login(sb: &Sandbox, reg: &str, password: &str) -> Out {
-    let mut child = sb
-        .berth(&[
+    sb.run_with_input(
+        &[
             "login",
             "--tls-verify=false",
             "-u",
             sb.env.var("BERTH_IT_REG_USER"),
             "--password-stdin",
             reg,
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(format!("{password}\n").as_bytes())
-        .unwrap();
-    Out(child.wait_with_output().unwrap())
+        ],
+        &format!("{password}\n"),
+    )
 }
 
 fn creds(env: &Env) -> String {

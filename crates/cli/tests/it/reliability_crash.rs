@@ -132,11 +132,7 @@ fn kills_at_random_moments_leave_a_consistent_store() {
     eprintln!("{killed_before_done} of {kills} kills hit an unfinished command");
     sb.run(&["check"]).ok();
     sb.run(&["prune"]).ok();
-    assert!(
-        sb.store_entries("tmp").is_empty(),
-        "{:?}",
-        sb.store_entries("tmp")
-    );
+    sb.assert_store_tmp_empty();
     sb.run(&["pull", "-q", "--tls-verify=false", &reference])
         .ok();
     sb.run(&["import", "-q", &source, "imported"]).ok();
@@ -199,9 +195,5 @@ fn two_nodes_pulling_one_image_into_a_shared_store_convert_once() {
     assert_eq!(ids.len(), 1, "{ids:?}");
     assert_eq!(conversions, 1, "converted {conversions} times");
     sb.run(&["check"]).ok();
-    assert!(
-        sb.store_entries("tmp").is_empty(),
-        "{:?}",
-        sb.store_entries("tmp")
-    );
+    sb.assert_store_tmp_empty();
 }

@@ -6,20 +6,10 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::harness::Sandbox;
+use rustix::process::{kill_process, Pid, Signal};
+
+use crate::harness::{outputs, wait_ready, Sandbox};
 use crate::need_env;
-
-fn layers(sb: &Sandbox) -> String {
-    let r = format!("{}/berth-test/layers:latest", sb.env.anon());
-    sb.run(&["pull", "-q", "--tls-verify=false", &r]).ok();
-    r
-}
-
-fn debian(sb: &Sandbox) -> String {
-    let r = format!("{}/berth-test/debian-python:latest", sb.env.anon());
-    sb.run(&["pull", "-q", "--tls-verify=false", &r]).ok();
-    r
-}
 
 /// The stored image's full id.
 fn id_of(sb: &Sandbox, image: &str) -> String {
@@ -27,14 +17,6 @@ fn id_of(sb: &Sandbox, image: &str) -> String {
         .as_str()
         .unwrap()
         .to_string()
-}
-
-/// `berth run IMAGE sh -c SCRIPT` with the entrypoint cleared.
-fn sh(sb: &Sandbox, image: &str, extra: &[&str], script: &str) -> crate::harness::Out {
-    let mut args = vec!["run", "--entrypoint", ""];
-    args.extend_from_slice(extra);
-    args.extend_from_slice(&[image, "/bin/sh", "-c", script]);
-    sb.run(&args)
 }
 
 #[test]
@@ -45,10 +27,10 @@ fn sh(sb: &Sandbox, image: &str, extra: &[&str], script: &str) -> crate::harness
 fn exit_codes_are_the_commands() {
     let env = need_env!();
     let sb = Sandbox::new(env);
-    let img = layers(&sb);
-    assert_eq!(sh(&sb, &img, &[], "exit 42").code(), 42);
-    assert_eq!(sh(&sb, &img, &[], "kill -9 $$").code(), 137);
-    assert_eq!(sh(&sb, &img, &["--pid"], "exit 5").code(), 5);
+    let img = sb.layers();
+    assert_eq!(sb.sh(&img, &[], "exit 42").code(), 42);
+    assert_eq!(sb.sh(&img, &[], "kill -9 $$").code(), 137);
+    assert_eq!(sb.sh(&img, &["--pid"], "exit 5").code(), 5);
     sb.run(&["run", "--entrypoint", "", &img, "nosuchcmd"])
         .fails(127, "command not found in the image");
     sb.run(&["run", "--entrypoint", "", &img, "/etc/passwd"])
@@ -71,35 +53,40 @@ fn exit_codes_are_the_commands() {
 fn signals_are_forwarded() {
     let env = need_env!();
     let sb = Sandbox::new(env);
-    let img = layers(&sb);
+    let img = sb.layers();
     for (signal, script, want) in [
         (
-            libc::SIGUSR1,
-            "trap 'exit 7' USR1; while :; do sleep 0.05; done",
+            Signal::USR1,
+            "trap 'exit 7' USR1; echo ready; while :; do sleep 0.05; done",
             7,
         ),
         (
-            libc::SIGTERM,
-            "trap 'exit 9' TERM; while :; do sleep 0.05; done",
+            Signal::TERM,
+            "trap 'exit 9' TERM; echo ready; while :; do sleep 0.05; done",
             9,
         ),
         (
-            libc::SIGINT,
-            "trap 'exit 11' INT; while :; do sleep 0.05; done",
+            Signal::INT,
+            "trap 'exit 11' INT; echo ready; while :; do sleep 0.05; done",
             11,
         ),
-        (libc::SIGHUP, "exec sleep 30", 128 + libc::SIGHUP),
+        (
+            Signal::HUP,
+            "echo ready; exec sleep 30",
+            128 + Signal::HUP.as_raw(),
+        ),
     ] {
         let mut child = sb
             .berth(&["run", "--entrypoint", "", &img, "/bin/sh", "-c", script])
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(700));
-        // SAFETY (test): a plain kill of our own child.
-        unsafe { libc::kill(child.id() as i32, signal) };
+        // The command runs, its trap set: berth forwards from here on (it
+        // blocks the signals before it starts the container).
+        let _rest = wait_ready(&mut child);
+        kill_process(Pid::from_child(&child), signal).unwrap();
         let status = child.wait().unwrap();
-        assert_eq!(status.code(), Some(want), "signal {signal}");
+        assert_eq!(status.code(), Some(want), "signal {signal:?}");
     }
 }
 
@@ -142,7 +129,7 @@ fn semantic_cases(layers: &str, debian: &str) -> Vec<Vec<String>> {
 fn docker_semantics_match_podman() {
     let env = need_env!();
     let sb = Sandbox::new(env);
-    let (l, d) = (layers(&sb), debian(&sb));
+    let (l, d) = (sb.layers(), sb.debian());
     let have_podman = sb
         .podman(&["pull", "-q", "--tls-verify=false", &l])
         .is_some_and(|o| o.code() == 0)
@@ -190,7 +177,7 @@ fn docker_semantics_match_podman() {
 fn host_environment_does_not_leak() {
     let env = need_env!();
     let mut sb = Sandbox::new(env);
-    let d = debian(&sb);
+    let d = sb.debian();
     sb.extra_env = vec![
         ("PATH".into(), "/bogus/bin:/usr/bin:/bin".into()),
         ("LD_LIBRARY_PATH".into(), "/bogus/lib".into()),
@@ -200,7 +187,7 @@ fn host_environment_does_not_leak() {
         ("EDITOR".into(), "vi".into()),
     ];
     let script = "echo PATH=$PATH; echo LD=${LD_LIBRARY_PATH-unset}; echo PY=${PYTHONPATH-unset}; echo JOB=$SLURM_JOB_ID; echo RANK=$PMI_RANK; echo ED=${EDITOR-unset}; echo HOME=$HOME; echo USER=$USER";
-    let out = sh(&sb, &d, &[], script).ok().stdout();
+    let out = sb.sh(&d, &[], script).ok().stdout();
     assert!(
         out.contains("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"),
         "{out}"
@@ -214,19 +201,19 @@ fn host_environment_does_not_leak() {
         out.contains(&format!("HOME={}", sb.home().display())),
         "{out}"
     );
-    let out = sh(&sb, &d, &["--env-host"], script).ok().stdout();
+    let out = sb.sh(&d, &["--env-host"], script).ok().stdout();
     assert!(out.contains("ED=vi") && out.contains("LD=unset"), "{out}");
     let envfile = sb.dir.path().join("env.list");
     fs::write(&envfile, "# comment\nFROMFILE=yes\nEDITOR\n").unwrap();
     sb.chown_to_user(&envfile);
-    let out = sh(
-        &sb,
-        &d,
-        &["--env-file", envfile.to_str().unwrap()],
-        "echo $FROMFILE $EDITOR",
-    )
-    .ok()
-    .stdout();
+    let out = sb
+        .sh(
+            &d,
+            &["--env-file", envfile.to_str().unwrap()],
+            "echo $FROMFILE $EDITOR",
+        )
+        .ok()
+        .stdout();
     assert_eq!(out, "yes vi\n");
 }
 
@@ -238,15 +225,15 @@ fn host_environment_does_not_leak() {
 fn the_user_is_themself_inside() {
     let env = need_env!();
     let sb = Sandbox::new(env);
-    let d = debian(&sb);
-    let out = sh(
-        &sb,
-        &d,
-        &[],
-        "id -u; id -g; whoami; echo $HOME; touch $HOME/made-inside",
-    )
-    .ok()
-    .stdout();
+    let d = sb.debian();
+    let out = sb
+        .sh(
+            &d,
+            &[],
+            "id -u; id -g; whoami; echo $HOME; touch $HOME/made-inside",
+        )
+        .ok()
+        .stdout();
     let lines: Vec<&str> = out.lines().collect();
     if let Some((uid, gid, _)) = &env.user {
         assert_eq!(lines[0], uid.to_string());
@@ -259,26 +246,26 @@ fn the_user_is_themself_inside() {
     }
     assert_eq!(lines[3], sb.home().display().to_string());
     // --fakeroot: root inside, still the user outside.
-    let out = sh(
-        &sb,
-        &d,
-        &["--fakeroot"],
-        "id -u; whoami; touch /root-can-write 2>/dev/null && echo rw || echo ro",
-    )
-    .ok()
-    .stdout();
+    let out = sb
+        .sh(
+            &d,
+            &["--fakeroot"],
+            "id -u; whoami; touch /root-can-write 2>/dev/null && echo rw || echo ro",
+        )
+        .ok()
+        .stdout();
     assert_eq!(out, "0\nroot\nro\n");
     // With a subordinate id range (setup.sh gives the test user one), image
     // files keep their owners under --fakeroot, and root can chown.
-    let l = layers(&sb);
-    let out = sh(
-        &sb,
-        &l,
-        &["--fakeroot", "--writable"],
-        "stat -c %u:%g /data/owned.txt; touch /f && chown 1000:1000 /f && stat -c %u /f",
-    )
-    .ok()
-    .stdout();
+    let l = sb.layers();
+    let out = sb
+        .sh(
+            &l,
+            &["--fakeroot", "--writable"],
+            "stat -c %u:%g /data/owned.txt; touch /f && chown 1000:1000 /f && stat -c %u /f",
+        )
+        .ok()
+        .stdout();
     assert_eq!(out, "1000:1000\n1000\n");
 }
 
@@ -290,7 +277,7 @@ fn the_user_is_themself_inside() {
 fn binds_home_cwd_volumes_and_missing_targets() {
     let env = need_env!();
     let sb = Sandbox::new(env);
-    let img = layers(&sb);
+    let img = sb.layers();
     let data = sb.dir.path().join("data");
     fs::create_dir_all(&data).unwrap();
     fs::write(data.join("in.txt"), "from host\n").unwrap();
@@ -304,9 +291,7 @@ fn binds_home_cwd_volumes_and_missing_targets() {
         home = sb.home().display(),
         cwd = sb.dir.path().display()
     );
-    let out = sh(&sb, &img, &["-v", &rw, "-v", &ro], &script)
-        .ok()
-        .stdout();
+    let out = sb.sh(&img, &["-v", &rw, "-v", &ro], &script).ok().stdout();
     assert_eq!(out, "from host\nhome file\nwrote\nro-refused\ncwd-ok\n");
     assert!(data.join("out.txt").exists());
     // --no-home hides the home directory.
@@ -334,7 +319,8 @@ fn binds_home_cwd_volumes_and_missing_targets() {
     // A bind target that is a symlink in the image (links/absdirlink -> /data)
     // lands inside the container, never on the host.
     let escape = format!("{}:/links/absdirlink", data.display());
-    let out = sh(&sb, &img, &["-v", &escape], "cat /data/in.txt")
+    let out = sb
+        .sh(&img, &["-v", &escape], "cat /data/in.txt")
         .ok()
         .stdout();
     assert_eq!(out, "from host\n");
@@ -349,20 +335,23 @@ fn binds_home_cwd_volumes_and_missing_targets() {
 fn image_is_read_only_unless_writable() {
     let env = need_env!();
     let sb = Sandbox::new(env);
-    let d = debian(&sb);
-    let out = sh(&sb, &d, &[], "touch /usr/new 2>&1; echo rc=$?")
+    let d = sb.debian();
+    let out = sb
+        .sh(&d, &[], "touch /usr/new 2>&1; echo rc=$?")
         .ok()
         .stdout();
     assert!(
         out.contains("Read-only file system") && out.contains("rc=1"),
         "{out}"
     );
-    let out = sh(&sb, &d, &["--writable"], "touch /usr/new && echo changed")
+    let out = sb
+        .sh(&d, &["--writable"], "touch /usr/new && echo changed")
         .ok()
         .stdout();
     assert_eq!(out, "changed\n");
     // Changes vanish with the container.
-    let out = sh(&sb, &d, &[], "test -e /usr/new && echo kept || echo gone")
+    let out = sb
+        .sh(&d, &[], "test -e /usr/new && echo kept || echo gone")
         .ok()
         .stdout();
     assert_eq!(out, "gone\n");
@@ -376,39 +365,35 @@ fn image_is_read_only_unless_writable() {
 fn security_settings_hold() {
     let env = need_env!();
     let sb = Sandbox::new(env);
-    let d = debian(&sb);
-    let out = sh(
-        &sb,
-        &d,
-        &[],
-        "grep -E '^(NoNewPrivs|CapEff|CapPrm)' /proc/self/status",
-    )
-    .ok()
-    .stdout();
+    let d = sb.debian();
+    let out = sb
+        .sh(
+            &d,
+            &[],
+            "grep -E '^(NoNewPrivs|CapEff|CapPrm)' /proc/self/status",
+        )
+        .ok()
+        .stdout();
     assert!(out.contains("NoNewPrivs:\t1"), "{out}");
     assert!(
         out.contains("CapEff:\t0000000000000000") && out.contains("CapPrm:\t0000000000000000"),
         "{out}"
     );
     // A setuid-root program does not elevate: passwd refuses to show root's status.
-    let out = sh(
-        &sb,
-        &d,
-        &[],
-        "stat -c %a /usr/bin/passwd; passwd -S root >/dev/null 2>&1; echo rc=$?",
-    )
-    .ok()
-    .stdout();
+    let out = sb
+        .sh(
+            &d,
+            &[],
+            "stat -c %a /usr/bin/passwd; passwd -S root >/dev/null 2>&1; echo rc=$?",
+        )
+        .ok()
+        .stdout();
     assert!(out.starts_with("4755\n") && !out.contains("rc=0"), "{out}");
     // The root and binds are nosuid,nodev.
-    let out = sh(
-        &sb,
-        &d,
-        &[],
-        "awk '$5==\"/\" {print $6}' /proc/self/mountinfo",
-    )
-    .ok()
-    .stdout();
+    let out = sb
+        .sh(&d, &[], "awk '$5==\"/\" {print $6}' /proc/self/mountinfo")
+        .ok()
+        .stdout();
     assert!(out.contains("nosuid") && out.contains("nodev"), "{out}");
     // No descriptor of berth's (or of its caller's, beyond stdio) reaches the command.
     let out = Command::new("sh")
@@ -434,10 +419,10 @@ fn security_settings_hold() {
     );
     // Host files stay as protected as outside: /etc/shadow bound in is
     // still unreadable, and the host's root-owned files are not writable.
-    let out = sh(&sb, &d, &["-v", "/etc/shadow:/mnt/shadow", "-v", "/etc:/mnt/hostetc"], "cat /mnt/shadow >/dev/null 2>&1 && echo read-shadow || echo no-shadow; echo x >> /mnt/hostetc/hosts 2>/dev/null && echo wrote-hosts || echo no-hosts").ok().stdout();
+    let out = sb.sh(&d, &["-v", "/etc/shadow:/mnt/shadow", "-v", "/etc:/mnt/hostetc"], "cat /mnt/shadow >/dev/null 2>&1 && echo read-shadow || echo no-shadow; echo x >> /mnt/hostetc/hosts 2>/dev/null && echo wrote-hosts || echo no-hosts").ok().stdout();
     assert_eq!(out, "no-shadow\nno-hosts\n");
     // berth's own processes cannot be opened through /proc (CVE-2019-5736).
-    let out = sh(&sb, &d, &["--pid"], "cat /proc/1/exe > /dev/null 2>&1 && echo readable || echo refused; echo x >> /proc/1/exe 2>/dev/null && echo writable || echo refused").ok().stdout();
+    let out = sb.sh(&d, &["--pid"], "cat /proc/1/exe > /dev/null 2>&1 && echo readable || echo refused; echo x >> /proc/1/exe 2>/dev/null && echo writable || echo refused").ok().stdout();
     assert_eq!(out, "refused\nrefused\n");
 }
 
@@ -449,26 +434,22 @@ fn security_settings_hold() {
 fn pid_and_network_namespaces() {
     let env = need_env!();
     let sb = Sandbox::new(env);
-    let img = layers(&sb);
-    let out = sh(
-        &sb,
-        &img,
-        &["--pid"],
-        "echo $$; ls /proc | grep -c '^[0-9]'",
-    )
-    .ok()
-    .stdout();
+    let img = sb.layers();
+    let out = sb
+        .sh(&img, &["--pid"], "echo $$; ls /proc | grep -c '^[0-9]'")
+        .ok()
+        .stdout();
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[0], "2", "{out}");
     assert!(lines[1].parse::<u32>().unwrap() <= 4, "{out}");
-    let out = sh(
-        &sb,
-        &img,
-        &["--net=none"],
-        "grep -c : /proc/net/dev; grep -o 'lo:' /proc/net/dev",
-    )
-    .ok()
-    .stdout();
+    let out = sb
+        .sh(
+            &img,
+            &["--net=none"],
+            "grep -c : /proc/net/dev; grep -o 'lo:' /proc/net/dev",
+        )
+        .ok()
+        .stdout();
     assert_eq!(out, "1\nlo:\n");
 }
 
@@ -494,22 +475,9 @@ fn shell_and_auto_pull() {
         ])
         .ok();
     assert_eq!(out.stdout(), "pulled\n");
-    let mut c = sb.berth(&["shell", &r]);
-    let mut child = c
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"echo from-shell; exit 3\n")
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(3));
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "from-shell\n");
+    let out = sb.run_with_input(&["shell", &r], "echo from-shell; exit 3\n");
+    assert_eq!(out.code(), 3, "{}", out.stderr());
+    assert_eq!(out.stdout(), "from-shell\n");
 }
 
 #[test]
@@ -520,27 +488,20 @@ fn shell_and_auto_pull() {
 fn concurrent_runs_share_one_mount_and_it_goes_away() {
     let env = need_env!();
     let sb = Sandbox::new(env);
-    let d = debian(&sb);
-    let children: Vec<_> = (0..32)
-        .map(|i| {
-            sb.berth(&["run", &d, "python3", "-c", &format!("print({i})")])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
+    let d = sb.debian();
+    let runs = sb.spawn_berths(32, |i| {
+        vec![
+            "run".into(),
+            d.clone(),
+            "python3".into(),
+            "-c".into(),
+            format!("print({i})"),
+        ]
+    });
+    let mut seen: Vec<u32> = outputs(runs)
+        .into_iter()
+        .map(|o| o.ok().stdout().trim().parse().unwrap())
         .collect();
-    let mut seen = Vec::new();
-    for c in children {
-        let o = c.wait_with_output().unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        seen.push(
-            String::from_utf8_lossy(&o.stdout)
-                .trim()
-                .parse::<u32>()
-                .unwrap(),
-        );
-    }
     seen.sort();
     assert_eq!(seen, (0..32).collect::<Vec<_>>());
     let keepers = fs::read_dir(sb.dir.path().join("run/berth/keepers"))
@@ -573,7 +534,7 @@ fn concurrent_runs_share_one_mount_and_it_goes_away() {
 fn runs_by_id_need_no_store_after_the_first() {
     let env = need_env!();
     let sb = Sandbox::new(env);
-    let l = layers(&sb);
+    let l = sb.layers();
     let id = id_of(&sb, &l);
     let out = sb
         .run(&["run", "--entrypoint", "", &id, "/bin/echo", "one"])
@@ -600,7 +561,7 @@ fn runs_by_id_need_no_store_after_the_first() {
 fn a_node_record_of_another_store_or_of_a_removed_image_is_not_used() {
     let env = need_env!();
     let sb = Sandbox::new(env);
-    let l = layers(&sb);
+    let l = sb.layers();
     let id = id_of(&sb, &l);
     let run_id = |store: &str, word: &str| {
         sb.run(&[
@@ -646,7 +607,7 @@ fn real_root_uses_a_kernel_mount_and_keeps_only_podmans_default_capabilities() {
     let env = need_env!();
     env.test_user();
     let sb = Sandbox::new(env);
-    let img = layers(&sb);
+    let img = sb.layers();
     // The user's store, used by root: refused (M6 of the security review:
     // the user could change what root runs).
     let mut c = sb.berth(&["run", &img, "true"]);

@@ -288,7 +288,7 @@ impl Registry {
 }
 
 fn read_spec(path: &Path) -> Result<Spec, String> {
-    crate::check_owner_for_root(path)?;
+    crate::host::check_owner_for_root(path)?;
     let text = fs::read_to_string(path).map_err(|e| e.to_string())?;
     parse_spec(&text)
 }

@@ -174,7 +174,7 @@ pub fn read(path: &Path) -> Result<HookFile, InjectError> {
         path: path.to_path_buf(),
         reason,
     };
-    crate::check_owner_for_root(path).map_err(bad)?;
+    crate::host::check_owner_for_root(path).map_err(bad)?;
     let text = fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
     let h: HookFile = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
     if h.version != "1.0.0" {

@@ -36,7 +36,7 @@ pub mod mpi;
 pub mod plan;
 
 pub use error::InjectError;
-pub use host::HostPaths;
+pub use host::{check_owner_for_root, HostPaths};
 pub use plan::Plan;
 
 use module::{Module, When};
@@ -228,19 +228,6 @@ fn host_device(spec: &str, plan: &mut Plan) -> Result<(), InjectError> {
     });
     plan.applied.push(format!("device:{src}"));
     Ok(())
-}
-
-/// As real root: refuses a site file (module, hooks.d file, CDI spec) that
-/// is not root's alone ([`berth_config::root::root_may_trust`]); root would
-/// otherwise bind or run what another user wrote. Rootless runs take the
-/// user's own files.
-pub fn check_owner_for_root(path: &std::path::Path) -> Result<(), String> {
-    if !berth_config::root::is_real_root() {
-        return Ok(());
-    }
-    berth_config::root::root_may_trust(path).map_err(|why| {
-        format!("not trusted as root: {why}; make it root's and not writable by others")
-    })
 }
 
 #[cfg(test)]

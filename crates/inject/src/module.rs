@@ -75,7 +75,7 @@ pub struct ModuleDef {
     /// Environment edits.
     pub env: EnvDef,
     /// The host MPI this module provides (`[mpi]`), for the bind model.
-    pub mpi: Option<crate::mpi::MpiDef>,
+    pub mpi: Option<crate::mpi::inject::MpiDef>,
     /// OCI hook files (hooks.d JSON) run whenever the module applies.
     pub hooks: Vec<String>,
 }
@@ -135,7 +135,7 @@ pub fn load_file(path: &Path) -> Result<Module, InjectError> {
         .filter(|n| valid_name(n))
         .ok_or_else(|| bad("the file name is not a module name (letters, digits, - _ .)".into()))?
         .to_string();
-    crate::check_owner_for_root(path).map_err(bad)?;
+    crate::host::check_owner_for_root(path).map_err(bad)?;
     let text = fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
     let def: ModuleDef = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
     Ok(Module {
@@ -353,7 +353,9 @@ impl Module {
             plan.hooks.extend(file.calls(&origin));
         }
         if let Some(mpi) = &self.def.mpi {
-            plan.mpi = Some(crate::mpi::inject_host_mpi(&self.name, mpi, host, plan)?);
+            plan.mpi = Some(crate::mpi::inject::inject_host_mpi(
+                &self.name, mpi, host, plan,
+            )?);
         }
         for (op, map) in [
             (EnvOp::Set, &self.def.env.set),

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Import cycles between the modules of each crate under crates/.
 
-A module is a file or folder directly under a crate's src/ (with
-main.rs and lib.rs the crate root, left out). Module A depends on B when
-a file of A names `crate::B` or `super::B` where `super` is the crate
-root; `#[cfg(test)]` code counts too, as tests are code. Exits 1 and
-prints each cycle when there is one.
+A module is a file under a crate's src/ (`a.rs` and `a/mod.rs` are
+`a`, `a/b.rs` is `a/b`; main.rs and lib.rs, the crate root, are left
+out). Module A depends on B when a file of A names `crate::B...` (the
+longest path of modules it names); `#[cfg(test)]` code counts too, as
+tests are code. A parent's `mod` of its children and their `super::` are
+the tree, not dependencies. Exits 1 and prints each cycle when there is
+one.
 """
 
 import pathlib
@@ -13,24 +15,42 @@ import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-USE = re.compile(r"\bcrate::([a-z_][a-z0-9_]*)")
+USE = re.compile(r"\bcrate((?:::[a-z_][a-z0-9_]*)+)")
 
 
-def top_module(src: pathlib.Path, f: pathlib.Path) -> str:
-    rel = f.relative_to(src)
-    return rel.parts[0].removesuffix(".rs")
+def module_of(src: pathlib.Path, f: pathlib.Path) -> str:
+    parts = list(f.relative_to(src).with_suffix("").parts)
+    if parts[-1] == "mod":
+        parts.pop()
+    return "/".join(parts)
+
+
+def exists(src: pathlib.Path, module: str) -> bool:
+    return (src / f"{module}.rs").exists() or (src / module / "mod.rs").exists()
+
+
+def named(src: pathlib.Path, path: str) -> str:
+    """The longest module path a `crate::a::b::c` names ('' if none)."""
+    parts = [p for p in path.split("::") if p]
+    found = ""
+    for i in range(1, len(parts) + 1):
+        candidate = "/".join(parts[:i])
+        if exists(src, candidate):
+            found = candidate
+    return found
 
 
 def graph(src: pathlib.Path) -> dict:
     edges: dict = {}
     for f in sorted(src.rglob("*.rs")):
-        mod = top_module(src, f)
+        mod = module_of(src, f)
         if mod in ("lib", "main"):
             continue
         deps = edges.setdefault(mod, set())
-        for m in USE.findall(f.read_text()):
-            is_module = (src / f"{m}.rs").exists() or (src / m).is_dir()
-            if m != mod and is_module:
+        for path in USE.findall(f.read_text()):
+            m = named(src, path)
+            # Not itself, and not one of its ancestors (its own tree).
+            if m and m != mod and not mod.startswith(m + "/"):
                 deps.add(m)
     return edges
 

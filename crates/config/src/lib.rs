@@ -6,6 +6,8 @@
 //! first, the user's (`$XDG_CONFIG_HOME/berth/berth.toml`) second; a scalar set
 //! in the user file wins, lists are concatenated (site entries first).
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 
 pub mod exit;

@@ -14,6 +14,8 @@
 //! - [`store`]: the content-addressed store, its locks and atomic publication.
 //! - [`pull`]: the pipeline tying them together.
 
+#![forbid(unsafe_code)]
+
 pub mod archive;
 pub mod auth;
 pub mod error;

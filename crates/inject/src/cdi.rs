@@ -15,7 +15,6 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::InjectError;
-use crate::module::kind_of;
 use crate::plan::{EnvOp, Mount, MountKind, Plan};
 
 /// A CDI spec file.
@@ -289,7 +288,7 @@ impl Registry {
 }
 
 fn read_spec(path: &Path) -> Result<Spec, String> {
-    crate::check_owner_for_root(path)?;
+    crate::host::check_owner_for_root(path)?;
     let text = fs::read_to_string(path).map_err(|e| e.to_string())?;
     parse_spec(&text)
 }
@@ -339,7 +338,7 @@ fn apply_edits(e: &ContainerEdits, plan: &mut Plan, origin: &str) -> Result<(), 
     }
     for node in &e.device_nodes {
         let host = PathBuf::from(node.host_path.as_deref().unwrap_or(&node.path));
-        match kind_of(&host) {
+        match MountKind::of(&host) {
             Some(MountKind::Device) => {}
             Some(_) => {
                 return Err(InjectError::DeviceNode {
@@ -379,7 +378,7 @@ fn apply_edits(e: &ContainerEdits, plan: &mut Plan, origin: &str) -> Result<(), 
             continue;
         }
         let source = PathBuf::from(&m.host_path);
-        let Some(kind) = kind_of(&source) else {
+        let Some(kind) = MountKind::of(&source) else {
             return Err(InjectError::DeviceNode {
                 origin: origin.to_string(),
                 path: source,

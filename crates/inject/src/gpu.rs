@@ -8,7 +8,6 @@ use std::fs;
 use crate::error::InjectError;
 use crate::host::HostPaths;
 use crate::ldcache;
-use crate::module::kind_of;
 use crate::plan::{EnvOp, Library, Mount, MountKind, Plan};
 
 /// Which GPUs a run gets.
@@ -111,9 +110,9 @@ const AMD_PROGRAMS: &[&str] = &["rocm-smi", "amd-smi", "rocminfo"];
 pub fn discover(sel: &Selection, host: &HostPaths, plan: &mut Plan) -> Result<(), InjectError> {
     let (nvidiactl, _) = host.device("nvidiactl");
     let (kfd, _) = host.device("kfd");
-    if kind_of(&nvidiactl) == Some(MountKind::Device) {
+    if MountKind::of(&nvidiactl) == Some(MountKind::Device) {
         nvidia(sel, host, plan)
-    } else if kind_of(&kfd) == Some(MountKind::Device) {
+    } else if MountKind::of(&kfd) == Some(MountKind::Device) {
         amd(sel, host, plan)
     } else {
         Err(InjectError::Gpu {
@@ -156,7 +155,7 @@ fn numbered(host: &HostPaths, sub: &str, prefix: &str) -> Vec<(u32, String)> {
 
 fn device(host: &HostPaths, rel: &str, origin: &str, plan: &mut Plan) -> bool {
     let (src, target) = host.device(rel);
-    if kind_of(&src) != Some(MountKind::Device) {
+    if MountKind::of(&src) != Some(MountKind::Device) {
         return false;
     }
     plan.mount(Mount {

@@ -40,11 +40,9 @@ pub const STAGES: &[&str] = &[
     "poststop",
 ];
 
-/// The standard hooks.d directories, lowest priority first.
-pub const DEFAULT_DIRS: &[&str] = &[
-    "/usr/share/containers/oci/hooks.d",
-    "/etc/containers/oci/hooks.d",
-];
+/// The standard hooks.d directories, lowest priority first (defined with
+/// the other default host paths).
+pub use crate::host::DEFAULT_HOOKS_DIRS as DEFAULT_DIRS;
 
 /// The program part of a hook file.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
@@ -176,7 +174,7 @@ pub fn read(path: &Path) -> Result<HookFile, InjectError> {
         path: path.to_path_buf(),
         reason,
     };
-    crate::check_owner_for_root(path).map_err(bad)?;
+    crate::host::check_owner_for_root(path).map_err(bad)?;
     let text = fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
     let h: HookFile = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
     if h.version != "1.0.0" {

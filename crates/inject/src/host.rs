@@ -1,10 +1,18 @@
 //! Where berth looks for host resources. Every path is configurable
 //! (`[host]` in berth.toml), so a site with drivers in unusual places, and
 //! the test suite's fake driver tree, use the same code as a standard node.
+//! Also whether real root may trust a site file found there
+//! ([`check_owner_for_root`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+
+/// The standard OCI hooks.d directories, lowest priority first.
+pub const DEFAULT_HOOKS_DIRS: &[&str] = &[
+    "/usr/share/containers/oci/hooks.d",
+    "/etc/containers/oci/hooks.d",
+];
 
 /// Host locations for discovery.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -41,10 +49,7 @@ impl Default for HostPaths {
             ],
             nvidia_proc: PathBuf::from("/proc/driver/nvidia"),
             modules_dir: PathBuf::from("/etc/berth/modules.d"),
-            hooks_dirs: crate::hooks::DEFAULT_DIRS
-                .iter()
-                .map(PathBuf::from)
-                .collect(),
+            hooks_dirs: DEFAULT_HOOKS_DIRS.iter().map(PathBuf::from).collect(),
         }
     }
 }
@@ -63,4 +68,17 @@ impl HostPaths {
             .map(|d| d.join(name))
             .find(|p| p.is_file())
     }
+}
+
+/// As real root: refuses a site file (module, hooks.d file, CDI spec) that
+/// is not root's alone ([`berth_config::root::root_may_trust`]); root would
+/// otherwise bind or run what another user wrote. Rootless runs take the
+/// user's own files.
+pub fn check_owner_for_root(path: &Path) -> Result<(), String> {
+    if !berth_config::root::is_real_root() {
+        return Ok(());
+    }
+    berth_config::root::root_may_trust(path).map_err(|why| {
+        format!("not trusted as root: {why}; make it root's and not writable by others")
+    })
 }

@@ -22,6 +22,8 @@
 //! one weakness, a program that clears `LD_LIBRARY_PATH`, is what modules'
 //! `library_dirs` and CDI mounts at the image's own library paths are for.
 
+#![forbid(unsafe_code)]
+
 pub mod cdi;
 pub mod elf;
 pub mod error;
@@ -34,7 +36,7 @@ pub mod mpi;
 pub mod plan;
 
 pub use error::InjectError;
-pub use host::HostPaths;
+pub use host::{check_owner_for_root, HostPaths};
 pub use plan::Plan;
 
 use module::{Module, When};
@@ -210,7 +212,7 @@ fn host_device(spec: &str, plan: &mut Plan) -> Result<(), InjectError> {
         });
     }
     let source = std::path::PathBuf::from(src);
-    if module::kind_of(&source) != Some(plan::MountKind::Device) {
+    if plan::MountKind::of(&source) != Some(plan::MountKind::Device) {
         return Err(InjectError::DeviceNode {
             origin: format!("--device {spec}"),
             path: source,
@@ -226,19 +228,6 @@ fn host_device(spec: &str, plan: &mut Plan) -> Result<(), InjectError> {
     });
     plan.applied.push(format!("device:{src}"));
     Ok(())
-}
-
-/// As real root: refuses a site file (module, hooks.d file, CDI spec) that
-/// is not root's alone ([`berth_config::root::root_may_trust`]); root would
-/// otherwise bind or run what another user wrote. Rootless runs take the
-/// user's own files.
-pub fn check_owner_for_root(path: &std::path::Path) -> Result<(), String> {
-    if !berth_config::root::is_real_root() {
-        return Ok(());
-    }
-    berth_config::root::root_may_trust(path).map_err(|why| {
-        format!("not trusted as root: {why}; make it root's and not writable by others")
-    })
 }
 
 #[cfg(test)]

@@ -19,7 +19,6 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -76,7 +75,7 @@ pub struct ModuleDef {
     /// Environment edits.
     pub env: EnvDef,
     /// The host MPI this module provides (`[mpi]`), for the bind model.
-    pub mpi: Option<crate::mpi::MpiDef>,
+    pub mpi: Option<crate::mpi::inject::MpiDef>,
     /// OCI hook files (hooks.d JSON) run whenever the module applies.
     pub hooks: Vec<String>,
 }
@@ -136,7 +135,7 @@ pub fn load_file(path: &Path) -> Result<Module, InjectError> {
         .filter(|n| valid_name(n))
         .ok_or_else(|| bad("the file name is not a module name (letters, digits, - _ .)".into()))?
         .to_string();
-    crate::check_owner_for_root(path).map_err(bad)?;
+    crate::host::check_owner_for_root(path).map_err(bad)?;
     let text = fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
     let def: ModuleDef = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
     Ok(Module {
@@ -213,18 +212,6 @@ fn expand(src: &str) -> Result<Vec<PathBuf>, String> {
     }
 }
 
-/// What a host path is, following symlinks.
-pub fn kind_of(path: &Path) -> Option<MountKind> {
-    let ft = fs::metadata(path).ok()?.file_type();
-    if ft.is_dir() {
-        Some(MountKind::Dir)
-    } else if ft.is_char_device() || ft.is_block_device() {
-        Some(MountKind::Device)
-    } else {
-        Some(MountKind::File)
-    }
-}
-
 /// Where a match of `src` lands: DST/NAME for globs with a DST, DST for a
 /// plain path with one, else its own path.
 fn target_of(src: &str, dst: &Option<String>, path: &Path) -> String {
@@ -282,7 +269,9 @@ impl Module {
                 missing(plan, "bind", &src)?;
             }
             for p in paths {
-                let Some(kind) = kind_of(&p) else { continue };
+                let Some(kind) = MountKind::of(&p) else {
+                    continue;
+                };
                 plan.mount(Mount {
                     target: target_of(&src, &dst, &p),
                     source: p,
@@ -299,7 +288,7 @@ impl Module {
                 missing(plan, "device", &src)?;
             }
             for p in paths {
-                if kind_of(&p) != Some(MountKind::Device) {
+                if MountKind::of(&p) != Some(MountKind::Device) {
                     return Err(InjectError::DeviceNode {
                         origin: origin.clone(),
                         path: p,
@@ -364,7 +353,9 @@ impl Module {
             plan.hooks.extend(file.calls(&origin));
         }
         if let Some(mpi) = &self.def.mpi {
-            plan.mpi = Some(crate::mpi::inject_host_mpi(&self.name, mpi, host, plan)?);
+            plan.mpi = Some(crate::mpi::inject::inject_host_mpi(
+                &self.name, mpi, host, plan,
+            )?);
         }
         for (op, map) in [
             (EnvOp::Set, &self.def.env.set),

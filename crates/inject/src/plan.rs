@@ -3,9 +3,13 @@
 //! CDI specs and GPU discovery; applied by the runtime; printed by
 //! `berth run --dry-run`.
 
-use std::path::PathBuf;
+use std::fs;
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
+
+use crate::mpi::abi::MpiCheck;
 
 /// The one directory inside the container where injected libraries land.
 /// It is put first on `LD_LIBRARY_PATH` (see the crate docs for why not
@@ -26,6 +30,21 @@ pub enum MountKind {
     /// A character or block device node, bound from the host (a rootless
     /// process cannot mknod).
     Device,
+}
+
+impl MountKind {
+    /// What the host path `path` is, following symlinks; `None` when it
+    /// does not exist.
+    pub fn of(path: &Path) -> Option<MountKind> {
+        let ft = fs::metadata(path).ok()?.file_type();
+        if ft.is_dir() {
+            Some(MountKind::Dir)
+        } else if ft.is_char_device() || ft.is_block_device() {
+            Some(MountKind::Device)
+        } else {
+            Some(MountKind::File)
+        }
+    }
 }
 
 /// One bind mount into the container.
@@ -117,7 +136,7 @@ pub struct Plan {
     /// Hooks.
     pub hooks: Vec<HookCall>,
     /// The MPI bind model's check, when a module injects the host MPI.
-    pub mpi: Option<crate::mpi::MpiCheck>,
+    pub mpi: Option<MpiCheck>,
     /// Things that could not be applied and were skipped.
     pub warnings: Vec<String>,
 }

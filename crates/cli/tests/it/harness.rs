@@ -1,13 +1,42 @@
 //! Test harness: the fixture environment made by `tests/setup/setup.sh`, a
 //! sandbox per test, and the real `berth` binary run as the unprivileged
 //! test user.
+//!
+//! # Skips are declared, never silent passes
+//!
+//! A test that cannot run on this machine is *ignored* (cargo lists it as
+//! such, with the reason), never passed without running. `build.rs`
+//! declares what the machine has, as cfgs:
+//!
+//! - `berth_it_env`: the fixture environment (`$BERTH_IT_DIR/env`, default
+//!   `/tmp/berth-it/env`). Every test here needs it and carries
+//!   `#[cfg_attr(not(berth_it_env), ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh")]`.
+//! - `berth_it_root`: that, and the tests run as root (to mount, to run as
+//!   a second user, to be real root): such a test carries
+//!   `#[cfg_attr(not(berth_it_root), ignore = "...")]` instead.
+//! - `berth_it_slurm`: `berth_it_root`, and berth's SPANK plugin is
+//!   installed in the test Slurm (`slurm_spank`).
+//!
+//! Under `CI` or `BERTH_IT_REQUIRED` (set by `tests/run.sh`) every test is
+//! declared runnable. A test that runs does not skip at run time: what it
+//! needs and lacks fails it with a message that says how to get it
+//! ([`need_env!`], [`Env::var`], [`Env::test_user`]). A check that only
+//! a part of a test makes and that needs a tool the fixture may lack (the
+//! podman comparisons) says on stderr that it was left out, and fails
+//! under `CI` or `BERTH_IT_REQUIRED` ([`required`]).
+//!
+//! A fixture set up after the tests were built is not seen by `build.rs`
+//! (cargo does not watch a missing file without rebuilding every time):
+//! [`the_declared_skips_match_this_machine`] fails then, and says to
+//! rebuild.
 
 use std::collections::HashMap;
 use std::fs;
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, ChildStdout, Command, Output, Stdio};
 use std::sync::OnceLock;
 
 /// The fixture environment.
@@ -19,11 +48,20 @@ pub struct Env {
 }
 
 impl Env {
+    /// A variable of the fixture environment; a fixture that lacks it
+    /// predates the test, which fails saying so.
     pub fn var(&self, k: &str) -> &str {
-        self.vars
-            .get(k)
-            .map(String::as_str)
-            .unwrap_or_else(|| panic!("{k} missing from the fixture env"))
+        self.vars.get(k).map(String::as_str).unwrap_or_else(|| {
+            panic!("{k} missing from the fixture env: re-run sudo bash tests/setup/setup.sh")
+        })
+    }
+    /// The test user (uid, gid, home), for a test that needs root (one
+    /// marked `cfg_attr(not(berth_it_root), ignore)`): it fails when the
+    /// tests do not run as root.
+    pub fn test_user(&self) -> &(u32, u32, PathBuf) {
+        self.user.as_ref().unwrap_or_else(|| {
+            panic!("this test needs root: run the end-to-end tests as root (berth itself then runs as the test user)")
+        })
     }
     pub fn fixtures(&self) -> PathBuf {
         PathBuf::from(self.var("BERTH_IT_FIXTURES"))
@@ -52,24 +90,27 @@ fn lookup_user(name: &str) -> Option<(u32, u32, PathBuf)> {
     })
 }
 
+/// Where the fixture environment is: `$BERTH_IT_DIR`, default
+/// `/tmp/berth-it` (as in `tests/setup/setup.sh` and `build.rs`).
+pub fn fixture_dir() -> PathBuf {
+    std::env::var_os("BERTH_IT_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp/berth-it"))
+}
+
+/// Whether every test must run (`CI` or `BERTH_IT_REQUIRED` is set): a
+/// missing fixture or tool is then a failure, not a declared skip.
+pub fn required() -> bool {
+    std::env::var_os("CI").is_some() || std::env::var_os("BERTH_IT_REQUIRED").is_some()
+}
+
 static ENV: OnceLock<Option<Env>> = OnceLock::new();
 
-/// The environment, or `None` when setup.sh has not run (tests then skip,
-/// except under CI, where that is a failure).
-pub fn env() -> Option<&'static Env> {
+/// The environment, or `None` when setup.sh has not run.
+fn load_env() -> Option<&'static Env> {
     ENV.get_or_init(|| {
-        let dir = std::env::var("BERTH_IT_DIR").unwrap_or_else(|_| "/tmp/berth-it".to_string());
-        let text = match fs::read_to_string(Path::new(&dir).join("env")) {
-            Ok(t) => t,
-            Err(_) => {
-                if std::env::var_os("CI").is_some()
-                    || std::env::var_os("BERTH_IT_REQUIRED").is_some()
-                {
-                    panic!("{dir}/env missing: run tests/setup/setup.sh as root first");
-                }
-                return None;
-            }
-        };
+        let dir = fixture_dir();
+        let text = fs::read_to_string(dir.join("env")).ok()?;
         let vars: HashMap<String, String> = text
             .lines()
             .filter_map(|l| {
@@ -79,7 +120,7 @@ pub fn env() -> Option<&'static Env> {
             .collect();
         // Copy the binary where the test user can run it (the build tree
         // may sit under a private home).
-        let bin_dir = Path::new(&dir).join(format!("bin-{}", std::process::id()));
+        let bin_dir = dir.join(format!("bin-{}", std::process::id()));
         fs::create_dir_all(&bin_dir).unwrap();
         fs::set_permissions(&bin_dir, fs::Permissions::from_mode(0o755)).unwrap();
         let berth = bin_dir.join("berth");
@@ -107,6 +148,41 @@ pub fn env() -> Option<&'static Env> {
     .as_ref()
 }
 
+/// The fixture environment, for a test declared runnable (see the rule
+/// at the top): the test fails when it is missing.
+pub fn env() -> &'static Env {
+    load_env().unwrap_or_else(|| {
+        panic!(
+            "{}/env missing: the end-to-end tests need the fixture environment: sudo bash tests/setup/setup.sh (without it, and without CI or BERTH_IT_REQUIRED, they are ignored)",
+            fixture_dir().display()
+        )
+    })
+}
+
+/// `build.rs` decided which tests are ignored when this binary was built;
+/// a fixture set up since then (the env file, the SPANK plugin) or a run
+/// as root of a binary built as another user would leave tests ignored
+/// that could run.
+#[test]
+fn the_declared_skips_match_this_machine() {
+    let dir = fixture_dir();
+    let rebuild = "touch crates/cli/build.rs (or set BERTH_IT_REQUIRED=1) and run the tests again";
+    let has_env = dir.join("env").exists();
+    assert!(
+        cfg!(berth_it_env) || !has_env,
+        "{}/env appeared after the tests were built, which ignore it: {rebuild}",
+        dir.display()
+    );
+    assert!(
+        cfg!(berth_it_root) || !(has_env && is_root()),
+        "the tests were built as another user than root and run as root: {rebuild}"
+    );
+    assert!(
+        cfg!(berth_it_slurm) || !(has_env && is_root() && slurm_plugin_installed()),
+        "the SPANK plugin was installed after the tests were built, which ignore it: {rebuild}"
+    );
+}
+
 /// `id ARGS` as a number (`id -u NAME`, `id -g NAME`), if it answers one.
 pub fn id_number(args: &[&str]) -> Option<u32> {
     let out = Command::new("id").args(args).output().ok()?;
@@ -115,23 +191,17 @@ pub fn id_number(args: &[&str]) -> Option<u32> {
 
 /// Whether the SPANK plugin is installed for the test cluster.
 pub fn slurm_plugin_installed() -> bool {
-    let dir = std::env::var("BERTH_IT_DIR").unwrap_or_else(|_| "/tmp/berth-it".to_string());
-    Path::new(&dir)
+    fixture_dir()
         .join("slurm/plugin/libberth_spank.so")
         .exists()
 }
 
-/// Skips the test (returns) when the fixture environment is absent.
+/// The fixture environment; the test fails when it is absent (a test
+/// that runs was declared runnable: see the rule at the top).
 #[macro_export]
 macro_rules! need_env {
     () => {
-        match $crate::harness::env() {
-            Some(e) => e,
-            None => {
-                eprintln!("skipped: run tests/setup/setup.sh as root to enable this test");
-                return;
-            }
-        }
+        $crate::harness::env()
     };
 }
 
@@ -294,6 +364,73 @@ impl Sandbox {
         self.run(&["pull", "--tls-verify=false", &r]).ok()
     }
 
+    /// Pulls `berth-test/NAME` of the anonymous registry and returns the
+    /// reference, for `berth run`.
+    pub fn pulled(&self, name: &str) -> String {
+        self.pull(name);
+        format!("{}/berth-test/{name}", self.env.anon())
+    }
+
+    /// The test image of layers (hard links, whiteouts, owners), pulled.
+    pub fn layers(&self) -> String {
+        self.pulled("layers:latest")
+    }
+
+    /// The Debian + python3 test image, pulled.
+    pub fn debian(&self) -> String {
+        self.pulled("debian-python:latest")
+    }
+
+    /// `berth run [EXTRA] IMAGE /bin/sh -c SCRIPT` with the entrypoint
+    /// cleared.
+    pub fn sh(&self, image: &str, extra: &[&str], script: &str) -> Out {
+        let mut args = vec!["run", "--entrypoint", ""];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&[image, "/bin/sh", "-c", script]);
+        self.run(&args)
+    }
+
+    /// Runs berth with `input` on its standard input.
+    pub fn run_with_input(&self, args: &[&str], input: &str) -> Out {
+        let mut child = self
+            .berth(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        Out(child.wait_with_output().unwrap())
+    }
+
+    /// Asserts that the store's tmp/ holds nothing (no work directory left
+    /// behind by an interrupted or failed command).
+    pub fn assert_store_tmp_empty(&self) {
+        let left = self.store_entries("tmp");
+        assert!(left.is_empty(), "left in the store's tmp/: {left:?}");
+    }
+
+    /// Starts `count` berth commands at once, the `i`th with `args(i)`,
+    /// their output piped (for [`outputs`]).
+    pub fn spawn_berths(&self, count: usize, args: impl Fn(usize) -> Vec<String>) -> Vec<Child> {
+        (0..count)
+            .map(|i| {
+                let args = args(i);
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                self.berth(&args)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect()
+    }
+
     /// A `podman` command run as the test user, with the fixture's podman
     /// state; `None` when the fixture has no podman.
     pub fn podman(&self, args: &[&str]) -> Option<Out> {
@@ -328,6 +465,33 @@ impl Sandbox {
                 .map(|e| e.file_name().to_string_lossy().into_owned())
                 .collect(),
             Err(_) => vec![],
+        }
+    }
+}
+
+/// Waits for `children` (from [`Sandbox::spawn_berths`]) and returns their
+/// outputs, in order.
+pub fn outputs(children: Vec<Child>) -> Vec<Out> {
+    children
+        .into_iter()
+        .map(|c| Out(c.wait_with_output().unwrap()))
+        .collect()
+}
+
+/// Reads `child`'s standard output up to a line `ready` (the command
+/// prints it once it is set up: a signal handler installed, say), so the
+/// test acts then and not after a guessed sleep. The rest of the output
+/// stays readable.
+pub fn wait_ready(child: &mut Child) -> BufReader<ChildStdout> {
+    let stdout = child.stdout.take().expect("stdout piped");
+    let mut reader = BufReader::new(stdout);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = reader.read_line(&mut line).unwrap();
+        assert!(n > 0, "the command ended before it was ready");
+        if line.trim_end() == "ready" {
+            return reader;
         }
     }
 }

@@ -26,6 +26,10 @@ fn hook(sb: &Sandbox, file: &str, stage: &str, when: &str, script: &str) {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn hooks_run_at_their_stages_with_state_and_env() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -113,6 +117,10 @@ fn hooks_run_at_their_stages_with_state_and_env() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn a_failing_hook_stops_the_start_and_says_why() {
     let env = need_env!();
     let sb = Sandbox::new(env);

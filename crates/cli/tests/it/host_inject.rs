@@ -45,6 +45,10 @@ fn lists(out: &str, word: &str) -> bool {
 const SHOW: &str = "cuda-probe; nvidia-smi | head -1; ls /dev | grep nvidia | tr '\\n' ' '; echo; echo \"lib=$LD_LIBRARY_PATH visible=$NVIDIA_VISIBLE_DEVICES cdi=$FAKE_CDI_SPEC\"";
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn gpus_by_driver_discovery() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -91,6 +95,10 @@ fn gpus_by_driver_discovery() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn gpus_and_devices_through_cdi() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -134,6 +142,10 @@ fn gpus_and_devices_through_cdi() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn site_modules_and_mpi_without_one() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -186,6 +198,10 @@ fn site_modules_and_mpi_without_one() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn dry_run_shows_the_plan_and_starts_nothing() {
     let env = need_env!();
     let sb = Sandbox::new(env);

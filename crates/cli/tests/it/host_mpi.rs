@@ -51,6 +51,10 @@ fn ranks(out: &str) -> Vec<&str> {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn hybrid_model_uses_the_images_mpi() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -70,6 +74,10 @@ fn hybrid_model_uses_the_images_mpi() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn mpi_flag_injects_the_hosts_mpi() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -114,6 +122,10 @@ fn mpi_flag_injects_the_hosts_mpi() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn incompatible_images_are_refused_naming_both() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -144,6 +156,10 @@ fn incompatible_images_are_refused_naming_both() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn the_launcher_does_not_wait_for_the_keeper() {
     // The first rank starts the image's keeper, which outlives the job
     // step by its idle time. It must not hold the launcher's PMI socket

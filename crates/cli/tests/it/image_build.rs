@@ -38,6 +38,10 @@ fn context(sb: &Sandbox, dockerfile: &str) -> String {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn build_run_cache_push_and_pull_back() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -178,6 +182,10 @@ fn build_run_cache_push_and_pull_back() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn a_failing_step_names_its_line_and_leaves_nothing() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -216,6 +224,10 @@ fn a_failing_step_names_its_line_and_leaves_nothing() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn scratch_copy_from_a_stage_add_user_and_the_config_instructions() {
     let env = need_env!();
     let sb = Sandbox::new(env);

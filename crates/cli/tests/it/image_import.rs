@@ -5,6 +5,10 @@ use crate::need_env;
 use crate::tree::{assert_same, snapshot};
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn oci_dir_oci_archive_docker_archive_and_registry_agree() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -47,6 +51,10 @@ fn oci_dir_oci_archive_docker_archive_and_registry_agree() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn import_errors_are_clear() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -94,9 +102,5 @@ fn import_errors_are_clear() {
     sb.run(&["import", &format!("oci:{}", copy.display()), "tampered"])
         .fails(13, "tampered");
     assert!(sb.store_entries("images").is_empty());
-    assert!(
-        sb.store_entries("tmp").is_empty(),
-        "{:?}",
-        sb.store_entries("tmp")
-    );
+    sb.assert_store_tmp_empty();
 }

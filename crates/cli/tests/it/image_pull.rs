@@ -43,24 +43,40 @@ fn pull_and_compare(
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn layers_image_equals_umoci_oracle() {
     let env = need_env!();
     let _ = pull_and_compare(env, "layers");
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn hostfiles_image_equals_umoci_oracle() {
     let env = need_env!();
     let _ = pull_and_compare(env, "hostfiles");
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn docker_schema2_image_equals_umoci_oracle() {
     let env = need_env!();
     let _ = pull_and_compare(env, "docker-v2s2");
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn multiarch_index_picks_host_platform() {
     let env = need_env!();
     let _ = pull_and_compare(env, "multiarch");
@@ -79,6 +95,10 @@ fn platform_file(sb: &Sandbox, image: &str) -> String {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn platform_flag_selects_from_index() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -106,6 +126,10 @@ fn platform_flag_selects_from_index() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn pull_by_digest_and_quiet_output() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -135,6 +159,10 @@ fn pull_by_digest_and_quiet_output() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn plain_http_needs_tls_verify_false_or_config() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -159,6 +187,10 @@ fn plain_http_needs_tls_verify_false_or_config() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn errors_have_distinct_codes() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -183,6 +215,10 @@ fn errors_have_distinct_codes() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn basic_auth_login_pull_logout() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -285,6 +321,10 @@ mod base64_lite {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn concurrent_pulls_convert_once() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -318,11 +358,7 @@ fn concurrent_pulls_convert_once() {
         "the image was converted {conversions} times"
     );
     assert_eq!(sb.store_entries("images").len(), 1);
-    assert!(
-        sb.store_entries("tmp").is_empty(),
-        "{:?}",
-        sb.store_entries("tmp")
-    );
+    sb.assert_store_tmp_empty();
 }
 
 /// The images of tests/setup/producer_images.sh (umoci insert with its root
@@ -331,6 +367,10 @@ fn concurrent_pulls_convert_once() {
 /// buildah) pull and equal umoci's unpacking of the same image, root
 /// directory included.
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn images_of_other_producers_equal_umoci_oracle() {
     let env = need_env!();
     let list = fs::read_to_string(env.fixtures().join("producers.txt")).unwrap();
@@ -353,6 +393,10 @@ fn images_of_other_producers_equal_umoci_oracle() {
 /// What landed below the base's symlinks is where the image's programs
 /// look for it, through the symlinks and in /usr.
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn writes_through_merged_usr_symlinks_are_seen_through_them() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -378,6 +422,10 @@ fn writes_through_merged_usr_symlinks_are_seen_through_them() {
 /// `podman build` then `podman save` (docker-archive): imported, it equals
 /// umoci's unpacking of the same image and runs.
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn podman_saved_archive_imports_and_equals_umoci_oracle() {
     let env = need_env!();
     let sb = Sandbox::new(env);

@@ -8,6 +8,10 @@ use crate::harness::Sandbox;
 use crate::need_env;
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn images_inspect_rmi_prune() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -57,6 +61,10 @@ fn images_inspect_rmi_prune() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn check_detects_a_corrupted_image_file() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -72,6 +80,10 @@ fn check_detects_a_corrupted_image_file() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn killed_pulls_leave_no_partial_image_and_the_next_pull_works() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -97,20 +109,18 @@ fn killed_pulls_leave_no_partial_image_and_the_next_pull_works() {
     sb.run(&["pull", "-q", "--tls-verify=false", &r]).ok();
     sb.run(&["check"]).ok();
     sb.run(&["prune"]).ok();
-    assert!(
-        sb.store_entries("tmp").is_empty(),
-        "{:?}",
-        sb.store_entries("tmp")
-    );
+    sb.assert_store_tmp_empty();
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_root),
+    ignore = "needs root and the test fixtures: sudo bash tests/setup/setup.sh, then the tests as root"
+)]
 fn full_disk_fails_cleanly() {
     let env = need_env!();
-    if env.user.is_none() {
-        eprintln!("skipped: needs root to mount a small tmpfs");
-        return;
-    }
+    // Root, to mount a small tmpfs.
+    env.test_user();
     let sb = Sandbox::new(env);
     let small = sb.dir.path().join("small");
     fs::create_dir_all(&small).unwrap();
@@ -155,6 +165,10 @@ fn full_disk_fails_cleanly() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn site_shared_store_is_searched_after_the_users() {
     let env = need_env!();
     // The site store: filled by an admin (here: a separate sandbox), made

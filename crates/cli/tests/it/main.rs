@@ -1,3 +1,4 @@
+#![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 //! End-to-end tests: the real `berth` binary, run as an unprivileged user,
 //! against real registries and images made by `tests/setup/setup.sh`.

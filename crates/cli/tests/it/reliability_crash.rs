@@ -45,6 +45,10 @@ fn complete_images_only(sb: &Sandbox, when: &str) {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn kills_at_random_moments_leave_a_consistent_store() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -128,11 +132,7 @@ fn kills_at_random_moments_leave_a_consistent_store() {
     eprintln!("{killed_before_done} of {kills} kills hit an unfinished command");
     sb.run(&["check"]).ok();
     sb.run(&["prune"]).ok();
-    assert!(
-        sb.store_entries("tmp").is_empty(),
-        "{:?}",
-        sb.store_entries("tmp")
-    );
+    sb.assert_store_tmp_empty();
     sb.run(&["pull", "-q", "--tls-verify=false", &reference])
         .ok();
     sb.run(&["import", "-q", &source, "imported"]).ok();
@@ -147,12 +147,14 @@ fn kills_at_random_moments_leave_a_consistent_store() {
 /// (`unshare -m`, then the test user), both at once. One converts, the
 /// other finds the image; both succeed with the same id.
 #[test]
+#[cfg_attr(
+    not(berth_it_root),
+    ignore = "needs root and the test fixtures: sudo bash tests/setup/setup.sh, then the tests as root"
+)]
 fn two_nodes_pulling_one_image_into_a_shared_store_convert_once() {
     let env = need_env!();
-    let Some((uid, gid, _)) = env.user.clone() else {
-        eprintln!("skipped: needs root for unshare -m");
-        return;
-    };
+    // Root, for unshare -m.
+    let (uid, gid, _) = env.test_user().clone();
     let sb = Sandbox::new(env);
     let reference = format!("{}/berth-test/debian-python:latest", env.anon());
     let berth = sb.env.berth.to_string_lossy().into_owned();
@@ -193,9 +195,5 @@ fn two_nodes_pulling_one_image_into_a_shared_store_convert_once() {
     assert_eq!(ids.len(), 1, "{ids:?}");
     assert_eq!(conversions, 1, "converted {conversions} times");
     sb.run(&["check"]).ok();
-    assert!(
-        sb.store_entries("tmp").is_empty(),
-        "{:?}",
-        sb.store_entries("tmp")
-    );
+    sb.assert_store_tmp_empty();
 }

@@ -10,23 +10,15 @@ use std::path::Path;
 use crate::harness::Sandbox;
 use crate::need_env;
 
-fn debian(sb: &Sandbox) -> String {
-    sb.pull("debian-python:latest");
-    format!("{}/berth-test/debian-python:latest", sb.env.anon())
-}
-
-fn sh(sb: &Sandbox, image: &str, extra: &[&str], script: &str) -> crate::harness::Out {
-    let mut args = vec!["run", "--entrypoint", ""];
-    args.extend_from_slice(extra);
-    args.extend_from_slice(&[image, "/bin/sh", "-c", script]);
-    sb.run(&args)
-}
-
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn a_bind_target_through_the_images_absolute_symlink_stays_inside() {
     let env = need_env!();
     let sb = Sandbox::new(env);
-    let d = debian(&sb);
+    let d = sb.debian();
     // The image's /var/run is a symlink to /run: resolved on the host's
     // side, a bind under it would land in the host's /run.
     let name = format!("berth-escape-{}", std::process::id());
@@ -34,7 +26,8 @@ fn a_bind_target_through_the_images_absolute_symlink_stays_inside() {
     fs::write(&src, "inside\n").unwrap();
     sb.chown_to_user(&src);
     let bind = format!("{}:/var/run/{name}", src.display());
-    let out = sh(&sb, &d, &["-v", &bind], &format!("cat /run/{name}"))
+    let out = sb
+        .sh(&d, &["-v", &bind], &format!("cat /run/{name}"))
         .ok()
         .stdout();
     assert_eq!(out, "inside\n");
@@ -45,49 +38,53 @@ fn a_bind_target_through_the_images_absolute_symlink_stays_inside() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn device_nodes_berths_process_and_the_image_are_out_of_reach() {
     let env = need_env!();
     let sb = Sandbox::new(env);
-    let d = debian(&sb);
-    let out = sh(
-        &sb,
-        &d,
-        &["--writable"],
-        "mknod /tmp/null2 c 1 3 2>/dev/null && echo made || echo refused; \
+    let d = sb.debian();
+    let out = sb
+        .sh(
+            &d,
+            &["--writable"],
+            "mknod /tmp/null2 c 1 3 2>/dev/null && echo made || echo refused; \
          mknod /dev/sda0 b 8 0 2>/dev/null && echo made || echo refused",
-    )
-    .ok()
-    .stdout();
+        )
+        .ok()
+        .stdout();
     assert_eq!(out, "refused\nrefused\n", "device nodes");
     // berth's supervising process (the command's parent, in the host's PID
     // namespace): neither its binary nor its descriptors (CVE-2019-5736,
     // CVE-2024-21626).
-    let out = sh(
-        &sb,
-        &d,
-        &[],
-        "p=$PPID; cat /proc/$p/exe >/dev/null 2>&1 && echo read || echo refused; \
+    let out = sb
+        .sh(
+            &d,
+            &[],
+            "p=$PPID; cat /proc/$p/exe >/dev/null 2>&1 && echo read || echo refused; \
          echo x >> /proc/$p/exe 2>/dev/null && echo wrote || echo refused; \
          ls /proc/$p/fd >/dev/null 2>&1 && echo listed || echo refused; \
          ls -l /proc/$p/cwd >/dev/null 2>&1 && echo cwd || echo refused",
-    )
-    .ok()
-    .stdout();
+        )
+        .ok()
+        .stdout();
     assert_eq!(
         out, "refused\nrefused\nrefused\nrefused\n",
         "berth's process"
     );
     // The image, from inside: read-only, also for a file its owner could
     // write outside (the mount is the image's, not the store's file).
-    let out = sh(
-        &sb,
-        &d,
-        &[],
-        "echo x > /bin/ls 2>/dev/null && echo wrote || echo refused; \
+    let out = sb
+        .sh(
+            &d,
+            &[],
+            "echo x > /bin/ls 2>/dev/null && echo wrote || echo refused; \
          chmod u+w /bin/ls 2>/dev/null && echo chmod || echo refused",
-    )
-    .ok()
-    .stdout();
+        )
+        .ok()
+        .stdout();
     assert_eq!(out, "refused\nrefused\n", "the image");
 }
 
@@ -114,12 +111,14 @@ fn other_user() -> Option<(u32, u32)> {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_root),
+    ignore = "needs root and the test fixtures: sudo bash tests/setup/setup.sh, then the tests as root"
+)]
 fn another_users_private_store_is_out_of_reach() {
     let env = need_env!();
-    if env.user.is_none() {
-        eprintln!("skipped: needs root to run as a second user");
-        return;
-    }
+    // Root, to run as a second user.
+    env.test_user();
     let sb = Sandbox::new(env);
     let Some((uid, gid)) = other_user() else {
         panic!("cannot create the second test user berthtest2");
@@ -163,11 +162,15 @@ fn another_users_private_store_is_out_of_reach() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn berths_helpers_cannot_be_traced_from_a_container() {
     let env = need_env!();
     let mut sb = Sandbox::new(env);
     sb.extra_env.push(("BERTH_KEEPER_IDLE".into(), "10".into()));
-    let d = debian(&sb);
+    let d = sb.debian();
     sb.run(&["run", &d, "true"]).ok();
     // The keeper and its namespace holders (re-executed in the keeper's
     // user namespace, not dumpable); the squashfs server has no
@@ -194,7 +197,7 @@ fn berths_helpers_cannot_be_traced_from_a_container() {
             )
         })
         .collect();
-    let out = sh(&sb, &d, &[], &script).ok().stdout();
+    let out = sb.sh(&d, &[], &script).ok().stdout();
     assert_eq!(out, "refused\n".repeat(6), "berth's helpers");
     // The keeper's child serving the image.
     let ppid = format!("PPid:\t{}\n", pids[0]);
@@ -225,6 +228,6 @@ fn berths_helpers_cannot_be_traced_from_a_container() {
         "cat /proc/{pid}/environ >/dev/null 2>&1 && echo environ || echo refused; \
          kill -0 {pid} 2>/dev/null && echo signalled || echo refused"
     );
-    let out = sh(&sb, &d, &[], &script).ok().stdout();
+    let out = sb.sh(&d, &[], &script).ok().stdout();
     assert_eq!(out, "refused\nrefused\n", "the squashfs server");
 }

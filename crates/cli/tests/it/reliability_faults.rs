@@ -98,6 +98,10 @@ fn entries(store: &str, sub: &str) -> usize {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn transient_faults_end_in_the_same_image() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -144,6 +148,10 @@ fn transient_faults_end_in_the_same_image() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn permanent_faults_fail_clearly_and_leave_nothing() {
     let env = need_env!();
     let sb = Sandbox::new(env);

@@ -19,6 +19,10 @@ fn fd_count(pid: i32) -> usize {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn many_runs_at_once_and_in_a_row_leak_nothing() {
     let env = need_env!();
     let mut sb = Sandbox::new(env);
@@ -83,11 +87,7 @@ fn many_runs_at_once_and_in_a_row_leak_nothing() {
         "hook bundles left in {}",
         bundles.display()
     );
-    assert!(
-        sb.store_entries("tmp").is_empty(),
-        "{:?}",
-        sb.store_entries("tmp")
-    );
+    sb.assert_store_tmp_empty();
     let keepers = sb.dir.path().join("run/berth/keepers");
     for k in fs::read_dir(&keepers).into_iter().flatten().flatten() {
         let mnt = k.path().join("mnt");

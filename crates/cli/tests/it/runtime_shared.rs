@@ -5,13 +5,8 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::harness::Sandbox;
+use crate::harness::{outputs, wait_ready, Sandbox};
 use crate::need_env;
-
-fn debian(sb: &Sandbox) -> String {
-    sb.pull("debian-python:latest").ok();
-    format!("{}/berth-test/debian-python:latest", sb.env.anon())
-}
 
 fn ps(sb: &Sandbox) -> Vec<String> {
     sb.run(&["ps", "-q"])
@@ -31,36 +26,34 @@ fn wait_gone(sb: &Sandbox, key: &str) {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn sixty_four_tasks_at_once_join_one_container_and_it_goes_away() {
     let env = need_env!();
     let sb = Sandbox::new(env);
-    let d = debian(&sb);
+    let d = sb.debian();
     let script = "echo $(readlink /proc/self/ns/mnt) $(readlink /proc/self/ns/user) $(id -u)";
-    let tasks: Vec<_> = (0..64)
-        .map(|_| {
-            sb.berth(&[
-                "run",
-                "--shared",
-                "k64",
-                "--entrypoint",
-                "",
-                &d,
-                "sh",
-                "-c",
-                script,
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-        })
+    let tasks = sb.spawn_berths(64, |_| {
+        [
+            "run",
+            "--shared",
+            "k64",
+            "--entrypoint",
+            "",
+            &d,
+            "sh",
+            "-c",
+            script,
+        ]
+        .map(String::from)
+        .to_vec()
+    });
+    let mut seen: Vec<String> = outputs(tasks)
+        .into_iter()
+        .map(|o| o.ok().stdout().trim().to_string())
         .collect();
-    let mut seen = Vec::new();
-    for t in tasks {
-        let o = t.wait_with_output().unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        seen.push(String::from_utf8_lossy(&o.stdout).trim().to_string());
-    }
     seen.dedup();
     // Whether the tasks overlapped or not, every one ran in a container of
     // the key; those that overlapped share it. Mostly they overlap: at
@@ -79,10 +72,14 @@ fn sixty_four_tasks_at_once_join_one_container_and_it_goes_away() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn tasks_share_exec_joins_a_crash_hurts_no_one_and_options_must_match() {
     let env = need_env!();
     let sb = Sandbox::new(env);
-    let d = debian(&sb);
+    let d = sb.debian();
     // A long task holds the container.
     let long = sb
         .berth(&[
@@ -170,10 +167,14 @@ fn tasks_share_exec_joins_a_crash_hurts_no_one_and_options_must_match() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn a_lingering_container_waits_for_the_next_task() {
     let env = need_env!();
     let sb = Sandbox::new(env);
-    let d = debian(&sb);
+    let d = sb.debian();
     let ns = |sb: &Sandbox| {
         sb.run(&[
             "run",
@@ -203,42 +204,39 @@ fn a_lingering_container_waits_for_the_next_task() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn a_task_killed_mid_way_leaves_the_others_running() {
     let env = need_env!();
     let sb = Sandbox::new(env);
-    let d = debian(&sb);
-    let tasks: Vec<_> = (0..64)
-        .map(|_| {
-            sb.berth(&[
-                "run",
-                "--shared",
-                "kk",
-                "--entrypoint",
-                "",
-                &d,
-                "sh",
-                "-c",
-                "sleep 2; echo done",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-        })
-        .collect();
-    std::thread::sleep(Duration::from_millis(800));
-    // SIGKILL one task's berth (its command, already in the container,
-    // runs on): the others must not notice.
-    let mut tasks = tasks;
+    let d = sb.debian();
+    let mut tasks = sb.spawn_berths(64, |_| {
+        [
+            "run",
+            "--shared",
+            "kk",
+            "--entrypoint",
+            "",
+            &d,
+            "sh",
+            "-c",
+            "echo ready; sleep 2; echo done",
+        ]
+        .map(String::from)
+        .to_vec()
+    });
+    // SIGKILL one task's berth once its command runs in the container (the
+    // command runs on): the others must not notice.
     let mut victim = tasks.remove(17);
+    let _victims_output = wait_ready(&mut victim);
     let _ = victim.kill();
     let _ = victim.wait();
-    let mut ok = 0;
-    for t in tasks {
-        let o = t.wait_with_output().unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        ok += usize::from(String::from_utf8_lossy(&o.stdout).trim() == "done");
+    let mut finished = 0;
+    for task in outputs(tasks) {
+        finished += usize::from(task.ok().stdout() == "ready\ndone\n");
     }
-    assert_eq!(ok, 63, "the other 63 tasks finished");
+    assert_eq!(finished, 63, "the other 63 tasks finished");
     wait_gone(&sb, "kk");
 }

@@ -13,17 +13,15 @@ use crate::harness::{slurm_plugin_installed, Out, Sandbox};
 use crate::need_env;
 
 /// A sandbox whose user config trusts the plain-HTTP test registry (the
-/// plugin pulls with the user's configuration).
-fn sandbox() -> Option<Sandbox> {
-    let env = crate::harness::env()?;
-    if !slurm_plugin_installed() {
-        assert!(
-            std::env::var_os("BERTH_IT_REQUIRED").is_none(),
-            "berth's SPANK plugin is not installed: tests/setup/slurm_plugin.sh"
-        );
-        eprintln!("skipped: tests/setup/slurm_plugin.sh installs the plugin");
-        return None;
-    }
+/// plugin pulls with the user's configuration). The tests using it are
+/// declared to need the plugin (`berth_it_slurm`); one that runs without
+/// it fails.
+fn sandbox() -> Sandbox {
+    let env = need_env!();
+    assert!(
+        slurm_plugin_installed(),
+        "berth's SPANK plugin is not installed in the test Slurm: bash tests/setup/slurm_plugin.sh target/debug"
+    );
     let sb = Sandbox::new(env);
     let conf = sb.home().join(".config/berth");
     fs::create_dir_all(&conf).unwrap();
@@ -33,7 +31,7 @@ fn sandbox() -> Option<Sandbox> {
     )
     .unwrap();
     sb.chown_to_user(&sb.home());
-    Some(sb)
+    sb
 }
 
 fn slurm(sb: &Sandbox, program: &str, args: &[&str]) -> Out {
@@ -86,9 +84,12 @@ fn sorted(out: &str) -> Vec<String> {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_slurm),
+    ignore = "needs root, the test fixtures and berth's SPANK plugin: sudo bash tests/setup/setup.sh, then sudo bash tests/setup/slurm_plugin.sh target/debug"
+)]
 fn spank_tasks_share_one_container_per_node_or_get_their_own() {
-    let _ = need_env!();
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let img = image(&sb, "debian-python");
     let script =
         "echo $SLURMD_NODENAME $container $(readlink /proc/self/ns/mnt) $(head -1 /etc/os-release)";
@@ -136,9 +137,12 @@ fn spank_tasks_share_one_container_per_node_or_get_their_own() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_slurm),
+    ignore = "needs root, the test fixtures and berth's SPANK plugin: sudo bash tests/setup/setup.sh, then sudo bash tests/setup/slurm_plugin.sh target/debug"
+)]
 fn spank_mpi_pmi2_across_three_nodes_with_the_images_and_the_hosts_mpich() {
-    let _ = need_env!();
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     sb.host_mpich_module();
     let img = image(&sb, "mpich");
     for (extra, lib) in [
@@ -164,9 +168,12 @@ fn spank_mpi_pmi2_across_three_nodes_with_the_images_and_the_hosts_mpich() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_slurm),
+    ignore = "needs root, the test fixtures and berth's SPANK plugin: sudo bash tests/setup/setup.sh, then sudo bash tests/setup/slurm_plugin.sh target/debug"
+)]
 fn spank_mpi_pmix_across_three_nodes_with_the_images_and_the_hosts_open_mpi() {
-    let _ = need_env!();
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     sb.host_openmpi_module();
     let img = image(&sb, "openmpi");
     for (extra, lib) in [
@@ -196,9 +203,12 @@ fn spank_mpi_pmix_across_three_nodes_with_the_images_and_the_hosts_open_mpi() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_slurm),
+    ignore = "needs root, the test fixtures and berth's SPANK plugin: sudo bash tests/setup/setup.sh, then sudo bash tests/setup/slurm_plugin.sh target/debug"
+)]
 fn spank_batch_job_and_named_container_across_steps() {
-    let _ = need_env!();
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let img = image(&sb, "debian-python");
     // The host's Slurm client for the script's container (the test
     // cluster's plugstack.conf names this module in batch_modules).
@@ -276,9 +286,12 @@ fn spank_batch_job_and_named_container_across_steps() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_slurm),
+    ignore = "needs root, the test fixtures and berth's SPANK plugin: sudo bash tests/setup/setup.sh, then sudo bash tests/setup/slurm_plugin.sh target/debug"
+)]
 fn spank_errors_reach_srun_and_stop_the_step() {
-    let _ = need_env!();
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let missing = format!(
         "--container-image={}/berth-test/no-such:latest",
         sb.env.anon()
@@ -328,16 +341,19 @@ fn start_time(pid: u32) -> Option<u64> {
 /// SIGKILL it). Now the node goes back to idle, the victim lives, and the
 /// job's named container still goes.
 #[test]
+#[cfg_attr(
+    not(berth_it_slurm),
+    ignore = "needs root, the test fixtures and berth's SPANK plugin: sudo bash tests/setup/setup.sh, then sudo bash tests/setup/slurm_plugin.sh target/debug"
+)]
 fn the_job_epilog_cannot_be_hung_or_steered_to_kill() {
-    let _ = need_env!();
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let other = sb.env.var("BERTH_IT_OTHER_USER").to_string();
     let (ouid, ogid) = (
         crate::harness::id_number(&["-u", &other])
             .expect("the second test user (setup.sh makes it)"),
         crate::harness::id_number(&["-g", &other]).unwrap(),
     );
-    let (uid, _, _) = sb.env.user.clone().expect("tests run as root");
+    let (uid, _, _) = sb.env.test_user().clone();
     // The victim: a process of the test user's, outside any job.
     let mut victim = sb
         .command(Path::new("/bin/sleep"), &["300"])

@@ -40,6 +40,10 @@ fn sorted_lines(out: &str) -> Vec<String> {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn srun_runs_one_container_per_task_on_each_node() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -76,6 +80,10 @@ fn srun_runs_one_container_per_task_on_each_node() {
 }
 
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn mpi_through_srun_pmi2_with_the_images_and_the_hosts_mpich() {
     let env = need_env!();
     let sb = Sandbox::new(env);
@@ -111,6 +119,10 @@ fn mpi_through_srun_pmi2_with_the_images_and_the_hosts_mpich() {
 /// machines), so the test ends job 1 and then kills its keeper's session
 /// itself, as the cgroup would; job 2 still reads its image.
 #[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn a_later_job_keeps_its_image_when_an_earlier_jobs_keeper_goes() {
     use std::io::BufRead;
     let env = need_env!();

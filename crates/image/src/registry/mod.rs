@@ -6,13 +6,12 @@
 //! caller as a blocking [`Read`] fed through a bounded channel, so a slow
 //! consumer applies back-pressure instead of buffering a layer in memory.
 
-use std::io::{self, Read};
+use std::io::Read;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::StreamExt;
-use oci_client::client::{BlobResponse, ClientConfig, ClientProtocol};
-use oci_client::errors::{OciDistributionError, OciErrorCode};
+use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::errors::OciDistributionError;
 use oci_client::manifest::OciDescriptor;
 use oci_client::secrets::RegistryAuth;
 use oci_client::Client;
@@ -20,6 +19,12 @@ use oci_client::Client;
 use crate::auth::Credentials;
 use crate::error::{Error, Result};
 use crate::reference::ImageRef;
+
+mod blob;
+mod errors;
+
+use blob::{BlobTask, ChannelReader};
+use errors::{annotate_attempts, classify, Transience};
 
 /// Manifest media types berth accepts.
 pub const MANIFEST_TYPES: &[&str] = &[
@@ -69,13 +74,6 @@ pub struct Registry {
     authenticated: std::cell::Cell<bool>,
     /// Whether tokens must carry the push scope (a push is under way).
     pushing: std::cell::Cell<bool>,
-}
-
-/// Whether an error is worth another try.
-#[derive(Debug, PartialEq, Eq)]
-enum Transience {
-    Transient,
-    Permanent,
 }
 
 fn install_crypto() {
@@ -363,265 +361,5 @@ impl Registry {
         })?;
         self.authenticated.set(true);
         Ok(())
-    }
-}
-
-fn classify(registry: &str, reference: &str, e: &OciDistributionError) -> (Transience, Error) {
-    use Transience::*;
-    let registry = registry.to_string();
-    let auth = |detail: String| Error::Auth {
-        registry: registry.clone(),
-        detail,
-    };
-    let not_found = |detail: String| Error::RegistryNotFound {
-        reference: reference.to_string(),
-        detail,
-    };
-    let network = |detail: String| Error::Network {
-        registry: registry.clone(),
-        detail,
-    };
-    match e {
-        OciDistributionError::AuthenticationFailure(m) => (Permanent, auth(m.clone())),
-        OciDistributionError::UnauthorizedError { url } => (Permanent, auth(format!("401 Unauthorized for {url}"))),
-        OciDistributionError::ImageManifestNotFoundError(m) => (Permanent, not_found(m.clone())),
-        OciDistributionError::RegistryError { envelope, .. } => {
-            let codes: Vec<&OciErrorCode> = envelope.errors.iter().map(|x| &x.code).collect();
-            let detail = envelope
-                .errors
-                .iter()
-                .map(|x| format!("{:?}: {}", x.code, x.message))
-                .collect::<Vec<_>>()
-                .join("; ");
-            if codes.iter().any(|c| {
-                matches!(
-                    c,
-                    OciErrorCode::ManifestUnknown
-                        | OciErrorCode::NameUnknown
-                        | OciErrorCode::BlobUnknown
-                        | OciErrorCode::NotFound
-                )
-            }) {
-                (Permanent, not_found(detail))
-            } else if codes.iter().any(|c| matches!(c, OciErrorCode::Unauthorized | OciErrorCode::Denied)) {
-                (Permanent, auth(detail))
-            } else if codes.iter().any(|c| matches!(c, OciErrorCode::Toomanyrequests)) {
-                (Transient, network(format!("rate limited: {detail}; try again later")))
-            } else {
-                (Permanent, Error::BadImage(format!("registry error: {detail}")))
-            }
-        }
-        OciDistributionError::ServerError { code, url, message } => match code {
-            401 | 403 => (Permanent, auth(format!("HTTP {code} for {url}: {message}"))),
-            404 => (Permanent, not_found(format!("HTTP 404 for {url}"))),
-            408 | 425 | 429 | 500..=599 => (
-                Transient,
-                network(format!("HTTP {code} for {url}: {message}; the registry is failing, try again later")),
-            ),
-            _ => (Permanent, network(format!("HTTP {code} for {url}: {message}"))),
-        },
-        // A status the client turned into a request error (a HEAD for a
-        // blob, say): 401/403 are a login problem, not the network.
-        OciDistributionError::RequestError(re)
-            if matches!(re.status().map(|s| s.as_u16()), Some(401 | 403)) =>
-        {
-            (Permanent, auth(format!("{re}")))
-        }
-        OciDistributionError::RequestError(re) => {
-            let mut msg = format!("{re}");
-            let mut src: Option<&dyn std::error::Error> = std::error::Error::source(re);
-            while let Some(s) = src {
-                msg.push_str(&format!(": {s}"));
-                src = s.source();
-            }
-            let hint = if msg.contains("InvalidContentType") || msg.contains("invalid HTTP version") || msg.contains("record overflow") || msg.contains("CorruptMessage") {
-                "; if the registry speaks plain HTTP, pass --tls-verify=false or list it in insecure_registries"
-            } else if re.is_connect() {
-                "; check the address and that the registry is up"
-            } else {
-                ""
-            };
-            (Transient, network(format!("{msg}{hint}")))
-        }
-        OciDistributionError::IoError(io) => (Transient, network(io.to_string())),
-        OciDistributionError::DigestError(d) => (
-            Permanent,
-            Error::Integrity {
-                what: reference.to_string(),
-                detail: d.to_string(),
-            },
-        ),
-        OciDistributionError::UnsupportedSchemaVersionError(1) => (
-            Permanent,
-            Error::BadImage(format!(
-                "{reference} uses a Docker schema 1 manifest, which is deprecated and unsupported; re-push it with a current docker, podman or skopeo"
-            )),
-        ),
-        other => (Permanent, Error::BadImage(format!("{reference}: {other}"))),
-    }
-}
-
-fn annotate_attempts(err: Error, attempts: u32) -> Error {
-    match err {
-        Error::Network { registry, detail } if attempts > 1 => Error::Network {
-            registry,
-            detail: format!("{detail} (gave up after {attempts} attempts)"),
-        },
-        other => other,
-    }
-}
-
-struct BlobTask {
-    client: Client,
-    auth: RegistryAuth,
-    reference: ImageRef,
-    desc: OciDescriptor,
-    size: u64,
-    options: RegistryOptions,
-    registry: String,
-    what: String,
-}
-
-impl BlobTask {
-    async fn run(self, tx: tokio::sync::mpsc::Sender<std::result::Result<Bytes, Error>>) {
-        let oci = self.reference.as_oci().clone();
-        self.client
-            .store_auth_if_needed(oci.resolve_registry(), &self.auth)
-            .await;
-        let mut offset: u64 = 0;
-        let mut attempt = 1;
-        let mut reauthed = false;
-        let mut delay = self.options.backoff;
-        let name = format!("{} {}", self.what, self.desc.digest);
-        'retry: loop {
-            let failure: (Transience, Error) = 'attempt: {
-                let stream = if offset == 0 {
-                    self.client
-                        .pull_blob_stream(&oci, &self.desc)
-                        .await
-                        .map(|s| (s, 0u64))
-                } else {
-                    match self
-                        .client
-                        .pull_blob_stream_partial(
-                            &oci,
-                            &self.desc,
-                            offset,
-                            Some(self.size - offset),
-                        )
-                        .await
-                    {
-                        Ok(BlobResponse::Partial(s)) => Ok((s, 0)),
-                        // The registry ignored the range: skip what we have.
-                        Ok(BlobResponse::Full(s)) => Ok((s, offset)),
-                        Err(e) => Err(e),
-                    }
-                };
-                let (mut stream, mut skip) = match stream {
-                    Ok(s) => s,
-                    Err(OciDistributionError::UnauthorizedError { .. }) if !reauthed => {
-                        // An expired token: a new one, once, then again.
-                        reauthed = true;
-                        let _ = self
-                            .client
-                            .auth(&oci, &self.auth, oci_client::RegistryOperation::Pull)
-                            .await;
-                        continue 'retry;
-                    }
-                    Err(e) => break 'attempt classify(&self.registry, &name, &e),
-                };
-                while let Some(chunk) = stream.stream.next().await {
-                    match chunk {
-                        Ok(mut bytes) => {
-                            if skip > 0 {
-                                let n = skip.min(bytes.len() as u64);
-                                skip -= n;
-                                bytes = bytes.slice(n as usize..);
-                                if bytes.is_empty() {
-                                    continue;
-                                }
-                            }
-                            offset += bytes.len() as u64;
-                            attempt = 1;
-                            delay = self.options.backoff;
-                            if tx.send(Ok(bytes)).await.is_err() {
-                                return; // The reader went away.
-                            }
-                        }
-                        Err(e) => {
-                            let is_digest = e
-                                .get_ref()
-                                .is_some_and(|r| r.is::<oci_client::errors::DigestError>());
-                            // oci-client checks the digest when the body
-                            // ends: a body that ended short (a truncated
-                            // response) is incomplete, not wrong, and the
-                            // rest is fetched with a range request.
-                            if is_digest && offset >= self.size {
-                                break 'attempt (
-                                    Transience::Permanent,
-                                    Error::Integrity {
-                                        what: name.clone(),
-                                        detail: e.to_string(),
-                                    },
-                                );
-                            }
-                            break 'attempt (
-                                Transience::Transient,
-                                Error::Network {
-                                    registry: self.registry.clone(),
-                                    detail: format!(
-                                        "{name}: connection failed after {offset} bytes: {e}"
-                                    ),
-                                },
-                            );
-                        }
-                    }
-                }
-                if offset >= self.size {
-                    return; // Complete; the reader checks the digest.
-                }
-                (
-                    Transience::Transient,
-                    Error::Network {
-                        registry: self.registry.clone(),
-                        detail: format!(
-                            "{name}: the registry closed the connection after {offset} of {} bytes",
-                            self.size
-                        ),
-                    },
-                )
-            };
-            let (transience, err) = failure;
-            if transience == Transience::Permanent || attempt >= self.options.attempts {
-                let _ = tx.send(Err(annotate_attempts(err, attempt))).await;
-                return;
-            }
-            tracing::info!("{err}; resuming at byte {offset} in {delay:?} (attempt {attempt})");
-            tokio::time::sleep(delay).await;
-            delay *= 2;
-            attempt += 1;
-        }
-    }
-}
-
-/// A blocking reader over the download task's channel.
-struct ChannelReader {
-    rx: tokio::sync::mpsc::Receiver<std::result::Result<Bytes, Error>>,
-    current: Bytes,
-}
-
-impl Read for ChannelReader {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        while self.current.is_empty() {
-            match self.rx.blocking_recv() {
-                Some(Ok(b)) => self.current = b,
-                Some(Err(e)) => return Err(crate::layer::to_io(e)),
-                None => return Ok(0),
-            }
-        }
-        let n = buf.len().min(self.current.len());
-        buf[..n].copy_from_slice(&self.current[..n]);
-        self.current = self.current.slice(n..);
-        Ok(n)
     }
 }

@@ -1,0 +1,13 @@
+//! `berth run`: exit codes, signals, Docker semantics (checked against
+//! podman), identity, binds, read-only image, concurrency.
+//!
+//! - [`command`]: what runs and what it gets: exit codes, signals,
+//!   entrypoint and command as podman runs them, environment, `shell`.
+//! - [`isolation`]: who it runs as, what it sees of the host (binds, the
+//!   read-only image, namespaces) and what it may do (privileges).
+//! - [`node`]: many runs on one node, and runs by id from the node's
+//!   records.
+
+mod command;
+mod isolation;
+mod node;

@@ -1,0 +1,177 @@
+//! Blob downloads: a task on the client's runtime that fetches a blob,
+//! resuming with HTTP ranges after transient failures, and feeds a bounded
+//! channel that the caller reads as a blocking [`Read`].
+
+use std::io::{self, Read};
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use oci_client::client::BlobResponse;
+use oci_client::errors::OciDistributionError;
+use oci_client::manifest::OciDescriptor;
+use oci_client::secrets::RegistryAuth;
+use oci_client::Client;
+
+use super::errors::{annotate_attempts, classify, Transience};
+use super::RegistryOptions;
+use crate::error::Error;
+use crate::reference::ImageRef;
+
+/// One blob download: what to fetch, from where, and how often to try.
+pub(super) struct BlobTask {
+    pub(super) client: Client,
+    pub(super) auth: RegistryAuth,
+    pub(super) reference: ImageRef,
+    pub(super) desc: OciDescriptor,
+    pub(super) size: u64,
+    pub(super) options: RegistryOptions,
+    pub(super) registry: String,
+    pub(super) what: String,
+}
+
+impl BlobTask {
+    pub(super) async fn run(
+        self,
+        tx: tokio::sync::mpsc::Sender<std::result::Result<Bytes, Error>>,
+    ) {
+        let oci = self.reference.as_oci().clone();
+        self.client
+            .store_auth_if_needed(oci.resolve_registry(), &self.auth)
+            .await;
+        let mut offset: u64 = 0;
+        let mut attempt = 1;
+        let mut reauthed = false;
+        let mut delay = self.options.backoff;
+        let name = format!("{} {}", self.what, self.desc.digest);
+        'retry: loop {
+            let failure: (Transience, Error) = 'attempt: {
+                let stream = if offset == 0 {
+                    self.client
+                        .pull_blob_stream(&oci, &self.desc)
+                        .await
+                        .map(|s| (s, 0u64))
+                } else {
+                    match self
+                        .client
+                        .pull_blob_stream_partial(
+                            &oci,
+                            &self.desc,
+                            offset,
+                            Some(self.size - offset),
+                        )
+                        .await
+                    {
+                        Ok(BlobResponse::Partial(s)) => Ok((s, 0)),
+                        // The registry ignored the range: skip what we have.
+                        Ok(BlobResponse::Full(s)) => Ok((s, offset)),
+                        Err(e) => Err(e),
+                    }
+                };
+                let (mut stream, mut skip) = match stream {
+                    Ok(s) => s,
+                    Err(OciDistributionError::UnauthorizedError { .. }) if !reauthed => {
+                        // An expired token: a new one, once, then again.
+                        reauthed = true;
+                        let _ = self
+                            .client
+                            .auth(&oci, &self.auth, oci_client::RegistryOperation::Pull)
+                            .await;
+                        continue 'retry;
+                    }
+                    Err(e) => break 'attempt classify(&self.registry, &name, &e),
+                };
+                while let Some(chunk) = stream.stream.next().await {
+                    match chunk {
+                        Ok(mut bytes) => {
+                            if skip > 0 {
+                                let n = skip.min(bytes.len() as u64);
+                                skip -= n;
+                                bytes = bytes.slice(n as usize..);
+                                if bytes.is_empty() {
+                                    continue;
+                                }
+                            }
+                            offset += bytes.len() as u64;
+                            attempt = 1;
+                            delay = self.options.backoff;
+                            if tx.send(Ok(bytes)).await.is_err() {
+                                return; // The reader went away.
+                            }
+                        }
+                        Err(e) => {
+                            let is_digest = e
+                                .get_ref()
+                                .is_some_and(|r| r.is::<oci_client::errors::DigestError>());
+                            // oci-client checks the digest when the body
+                            // ends: a body that ended short (a truncated
+                            // response) is incomplete, not wrong, and the
+                            // rest is fetched with a range request.
+                            if is_digest && offset >= self.size {
+                                break 'attempt (
+                                    Transience::Permanent,
+                                    Error::Integrity {
+                                        what: name.clone(),
+                                        detail: e.to_string(),
+                                    },
+                                );
+                            }
+                            break 'attempt (
+                                Transience::Transient,
+                                Error::Network {
+                                    registry: self.registry.clone(),
+                                    detail: format!(
+                                        "{name}: connection failed after {offset} bytes: {e}"
+                                    ),
+                                },
+                            );
+                        }
+                    }
+                }
+                if offset >= self.size {
+                    return; // Complete; the reader checks the digest.
+                }
+                (
+                    Transience::Transient,
+                    Error::Network {
+                        registry: self.registry.clone(),
+                        detail: format!(
+                            "{name}: the registry closed the connection after {offset} of {} bytes",
+                            self.size
+                        ),
+                    },
+                )
+            };
+            let (transience, err) = failure;
+            if transience == Transience::Permanent || attempt >= self.options.attempts {
+                let _ = tx.send(Err(annotate_attempts(err, attempt))).await;
+                return;
+            }
+            tracing::info!("{err}; resuming at byte {offset} in {delay:?} (attempt {attempt})");
+            tokio::time::sleep(delay).await;
+            delay *= 2;
+            attempt += 1;
+        }
+    }
+}
+
+/// A blocking reader over the download task's channel.
+pub(super) struct ChannelReader {
+    pub(super) rx: tokio::sync::mpsc::Receiver<std::result::Result<Bytes, Error>>,
+    pub(super) current: Bytes,
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.current.is_empty() {
+            match self.rx.blocking_recv() {
+                Some(Ok(b)) => self.current = b,
+                Some(Err(e)) => return Err(crate::layer::to_io(e)),
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current[..n]);
+        self.current = self.current.slice(n..);
+        Ok(n)
+    }
+}

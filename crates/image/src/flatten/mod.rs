@@ -1,7 +1,7 @@
 //! Flattening a layer stack into one tar stream, top layer first.
 //!
 //! OCI layers are diffs: an upper layer's entries replace lower ones, and its
-//! whiteouts (`.wh.NAME`, `.wh..wh..opq`) delete lower ones. Instead of
+//! whiteouts (`.wh.NAME`, `.wh..wh..opq`: [`crate::whiteout`]) delete lower ones. Instead of
 //! extracting every layer to disk, berth reads the layers from the top down and
 //! emits each path the first time it is seen: an entry already emitted by an
 //! upper layer, deleted by an upper whiteout, or under an upper opaque
@@ -39,6 +39,7 @@ use std::path::Path;
 use tar::{EntryType, Header};
 
 use crate::error::{Error, Result};
+use crate::whiteout::Whiteout;
 
 mod emit;
 mod hardlinks;
@@ -319,15 +320,19 @@ impl<W: Write> Flattener<W> {
 
         // Whiteouts: apply to lower layers only, once this layer is done.
         // They take effect at the name they are written under.
-        if let Some(target) = name.strip_prefix(b".wh.") {
+        if let Some(whiteout) = Whiteout::of(name) {
             self.stats.whiteouts += 1;
-            if target == b".wh..opq" {
-                st.pending_opaque.insert(parent.to_vec());
-                self.defs.opaque(parent, self.layer);
-            } else if !target.starts_with(b".wh.") && !target.is_empty() {
-                let gone = join(parent, target);
-                self.defs.whiteout(&gone, self.layer);
-                st.pending_hidden.insert(gone);
+            match whiteout {
+                Whiteout::Opaque => {
+                    st.pending_opaque.insert(parent.to_vec());
+                    self.defs.opaque(parent, self.layer);
+                }
+                Whiteout::Remove(target) => {
+                    let gone = join(parent, target);
+                    self.defs.whiteout(&gone, self.layer);
+                    st.pending_hidden.insert(gone);
+                }
+                Whiteout::Reserved => {}
             }
             return Ok(());
         }

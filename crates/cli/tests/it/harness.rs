@@ -408,6 +408,22 @@ impl Sandbox {
         Out(child.wait_with_output().unwrap())
     }
 
+    /// `berth login --password-stdin` to `registry` as the fixture's
+    /// registry user, with `password` on standard input.
+    pub fn login(&self, registry: &str, password: &str) -> Out {
+        self.run_with_input(
+            &[
+                "login",
+                "--tls-verify=false",
+                "-u",
+                self.env.var("BERTH_IT_REG_USER"),
+                "--password-stdin",
+                registry,
+            ],
+            &format!("{password}\n"),
+        )
+    }
+
     /// Asserts that the store's tmp/ holds nothing (no work directory left
     /// behind by an interrupted or failed command).
     pub fn assert_store_tmp_empty(&self) {

@@ -227,35 +227,9 @@ fn basic_auth_login_pull_logout() {
     sb.run(&["pull", "--tls-verify=false", &r])
         .fails(11, "authentication failed");
     // Wrong password: refused at login, nothing stored.
-    let mut c = sb.berth(&[
-        "login",
-        "--tls-verify=false",
-        "-u",
-        env.var("BERTH_IT_REG_USER"),
-        "--password-stdin",
-        reg,
-    ]);
-    let out = pipe_stdin(&mut c, "wrong\n");
-    assert_eq!(
-        out.status.code(),
-        Some(11),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut c = sb.berth(&[
-        "login",
-        "--tls-verify=false",
-        "-u",
-        env.var("BERTH_IT_REG_USER"),
-        "--password-stdin",
-        reg,
-    ]);
-    let out = pipe_stdin(&mut c, &format!("{}\n", env.var("BERTH_IT_REG_PASS")));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = sb.login(reg, "wrong");
+    assert_eq!(out.code(), 11, "{}", out.stderr());
+    sb.login(reg, env.var("BERTH_IT_REG_PASS")).ok();
     let auth = fs::read_to_string(sb.dir.path().join("run/containers/auth.json")).unwrap();
     assert!(auth.contains(reg));
     sb.run(&["pull", "-q", "--tls-verify=false", &r]).ok();
@@ -279,23 +253,6 @@ fn basic_auth_login_pull_logout() {
     .unwrap();
     sb.chown_to_user(&sb.home());
     sb.run(&["pull", "-q", "--tls-verify=false", &r]).ok();
-}
-
-fn pipe_stdin(c: &mut std::process::Command, input: &str) -> std::process::Output {
-    use std::io::Write;
-    let mut child = c
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
 }
 
 /// A tiny base64 encoder, to keep test dependencies small.

@@ -6,28 +6,13 @@
 
 use std::fs;
 
-use crate::harness::{Env, Out, Sandbox};
+use crate::harness::{Env, Sandbox};
 use crate::need_env;
 
 /// The token registry; a fixture env that predates it fails the test
 /// (re-run setup.sh).
 fn token_registry(env: &'static Env) -> &'static str {
     env.var("BERTH_IT_REG_TOKEN")
-}
-
-/// `berth login --password-stdin` with `password` on standard input.
-fn login(sb: &Sandbox, reg: &str, password: &str) -> Out {
-    sb.run_with_input(
-        &[
-            "login",
-            "--tls-verify=false",
-            "-u",
-            sb.env.var("BERTH_IT_REG_USER"),
-            "--password-stdin",
-            reg,
-        ],
-        &format!("{password}\n"),
-    )
 }
 
 fn creds(env: &Env) -> String {
@@ -113,14 +98,15 @@ fn token_auth_login_pull_logout() {
     let r = format!("{reg}/berth-test/layers");
     let auth_file = sb.dir.path().join("run/containers/auth.json");
     // Wrong password: refused at login, nothing stored.
-    login(&sb, reg, "wrong-password").fails(11, "authentication failed");
+    sb.login(reg, "wrong-password")
+        .fails(11, "authentication failed");
     assert!(
         !fs::read_to_string(&auth_file)
             .unwrap_or_default()
             .contains(reg),
         "a failed login stored credentials"
     );
-    login(&sb, reg, env.var("BERTH_IT_REG_PASS")).ok();
+    sb.login(reg, env.var("BERTH_IT_REG_PASS")).ok();
     let auth = fs::read_to_string(&auth_file).unwrap();
     assert!(auth.contains(reg), "{auth}");
     let id = sb

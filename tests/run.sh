@@ -36,8 +36,8 @@ status=0
 BERTH_IT_REQUIRED=1 cargo test --workspace --locked 2>&1 | tee "$log" || status=$?
 # One closing line for the whole suite (cargo prints one per test binary,
 # the last of which is a doc-test binary with nothing in it).
-awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
-     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) n += $i } }
+     END { printf "tests: %d passed, %d failed, %d ignored\n", p, f, n }' "$log"
 rm -f "$log"
 
 # The fuzz targets, briefly (tests/fuzz.sh: 10 s each; the reliability

@@ -101,19 +101,7 @@ fn run(k: &dyn Kernel, raw: &[String]) -> Result<()> {
             (uid, gid, host_ids)
         }
     };
-    let mnt = args.dir.join("mnt");
-    k.mount(
-        Some(Path::new("berth")),
-        &mnt,
-        Some("tmpfs"),
-        libc::MS_NOSUID | libc::MS_NODEV,
-        Some("mode=0700"),
-    )
-    .map_err(|e| Error::sys("mount a tmpfs on", Some(mnt.clone()), e))?;
-    let image_dir = mnt.join("image");
-    for d in ["image", "stage"] {
-        fs::create_dir(mnt.join(d)).map_err(|e| Error::io("create", mnt.join(d), e))?;
-    }
+    let image_dir = prepare_mnt(k, &args.dir)?;
     let mut server = match args.mode {
         IdMode::HostRoot => {
             image_mount::mount_kernel_squashfs(k, &image_file, &image_dir)?;
@@ -159,7 +147,12 @@ fn run(k: &dyn Kernel, raw: &[String]) -> Result<()> {
     // No run finds this keeper from now on; one that comes meanwhile waits
     // on the decision lock (held until `files` goes) until the helpers and
     // the server are gone, so a keeper never runs beside its successor.
-    let _ = fs::remove_file(args.dir.join("pid"));
+    // Only its own record: a keeper started beside it (a run that could
+    // not pin this one) keeps its pid file.
+    let pid_file = args.dir.join("pid");
+    if state::read(&pid_file).is_ok_and(|p| p.trim() == pid.to_string()) {
+        let _ = fs::remove_file(&pid_file);
+    }
     drop(prepared);
     drop(identity);
     if let Some(mut s) = server {
@@ -168,6 +161,25 @@ fn run(k: &dyn Kernel, raw: &[String]) -> Result<()> {
     }
     drop(files);
     Ok(())
+}
+
+/// Mounts the keeper's private tmpfs on `DIR/mnt` (in its own mount
+/// namespace) with `image/` (the image's mount point) and `stage/` (a
+/// run's scratch mount point) in it; returns `image/`.
+fn prepare_mnt(k: &dyn Kernel, dir: &Path) -> Result<PathBuf> {
+    let mnt = dir.join("mnt");
+    k.mount(
+        Some(Path::new("berth")),
+        &mnt,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some("mode=0700"),
+    )
+    .map_err(|e| Error::sys("mount a tmpfs on", Some(mnt.clone()), e))?;
+    for d in ["image", "stage"] {
+        fs::create_dir(mnt.join(d)).map_err(|e| Error::io("create", mnt.join(d), e))?;
+    }
+    Ok(mnt.join("image"))
 }
 
 /// The image: the descriptor the starting run handed down (`fd:N`) or an
@@ -237,6 +249,26 @@ mod tests {
 
     fn strings(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_keepers_tmpfs_is_private_and_holds_the_image_and_stage_points() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("mnt")).unwrap();
+        let k = crate::sys::fake::Recording::new();
+        let image = prepare_mnt(&k, d.path()).unwrap();
+        assert_eq!(image, d.path().join("mnt/image"));
+        assert!(d.path().join("mnt/stage").is_dir());
+        assert_eq!(
+            k.calls(),
+            vec![crate::sys::fake::Call::Mount {
+                source: Some("berth".into()),
+                target: d.path().join("mnt").display().to_string(),
+                fstype: Some("tmpfs".into()),
+                flags: libc::MS_NOSUID | libc::MS_NODEV,
+                data: Some("mode=0700".into()),
+            }]
+        );
     }
 
     #[test]

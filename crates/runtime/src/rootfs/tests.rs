@@ -83,10 +83,16 @@ fn plan<'a>(s: &'a Scene, binds: &'a [Bind]) -> RootfsPlan<'a> {
     }
 }
 
-/// A mount's target, flags and fstype.
+/// A mount's target, flags and fstype. Every target named by a descriptor
+/// was still open when mounted on (`fd:N?` would be one closed before).
 fn mounts(k: &Recording) -> Vec<(String, sys::MountFlags, Option<String>)> {
-    k.mounts()
-        .into_iter()
+    let all = k.mounts();
+    assert!(
+        !all.iter()
+            .any(|c| matches!(c, Call::Mount { target, .. } if target.ends_with('?'))),
+        "a mount on a descriptor already closed: {all:?}"
+    );
+    all.into_iter()
         .filter_map(|c| match c {
             Call::Mount {
                 target,

@@ -228,8 +228,9 @@ fn user_request(req: &RunRequest) -> Result<UserRequest> {
 }
 
 /// Starts `launch`; the command's exit code. The node's lock of the
-/// image's record is let go once the keeper is there (or, for a shared
-/// container, once this task has its place), before the command runs.
+/// image's record is let go once the keeper is there (for a shared
+/// container: once its keeper is leased, or this task decided to join
+/// it), before the command runs.
 pub fn run(launch: Launch) -> Result<i32> {
     let Launch {
         spec, shared, held, ..
@@ -245,8 +246,9 @@ pub fn run(launch: Launch) -> Result<i32> {
             Ok(leased.run()?)
         }
         Some(placement) => {
-            let placed = shared::place(&spec, &placement, image_file.as_ref())?;
-            drop(node_lock);
+            let mut node_lock = node_lock;
+            let mut let_go = || drop(node_lock.take());
+            let placed = shared::place(&spec, &placement, image_file.as_ref(), &mut let_go)?;
             Ok(placed.join()?)
         }
     }

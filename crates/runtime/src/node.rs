@@ -213,6 +213,20 @@ impl Deciding {
         Ok(Share { users })
     }
 
+    /// Takes a share if the server is not on its way out: `None` when a
+    /// server holds `users` exclusively (a shared container's anchor of an
+    /// earlier berth, which waits for the decision lock with it held: the
+    /// caller ends its decision and begins again, so neither waits for the
+    /// other).
+    pub fn try_share(&self) -> Result<Option<Share>> {
+        let users = open_lock(&self.users)?;
+        match flock(&users, FlockOperation::NonBlockingLockShared) {
+            Ok(()) => Ok(Some(Share { users })),
+            Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
+            Err(e) => Err(Error::sys("lock", Some(self.users.clone()), e)),
+        }
+    }
+
     /// Ends the decision (other clients may decide).
     pub fn end(self) {
         drop(self.lock);
@@ -331,6 +345,19 @@ mod tests {
         let (why, took) = server.join().unwrap();
         assert_eq!(why, Served::Idle);
         assert!(took >= Duration::from_millis(500), "{took:?}");
+    }
+
+    /// A server holding `users` exclusively (leaving) is not waited for
+    /// under the decision lock: the client is told to look again.
+    #[test]
+    fn a_share_of_a_leaving_server_is_not_waited_for() {
+        let d = tempfile::tempdir().unwrap();
+        let files = LeaseFiles::open(d.path(), "lock").unwrap();
+        flock(&files.users, FlockOperation::LockExclusive).unwrap();
+        let deciding = Deciding::begin(d.path(), "lock").unwrap();
+        assert!(deciding.try_share().unwrap().is_none());
+        flock(&files.users, FlockOperation::Unlock).unwrap();
+        assert!(deciding.try_share().unwrap().is_some());
     }
 
     #[test]

@@ -38,7 +38,11 @@ impl Drop for Helper {
     fn drop(&mut self) {
         sys::kill(self.pid, libc::SIGKILL);
         let _ = sys::wait(self.pid, false);
-        let _ = std::fs::remove_file(&self.pid_file);
+        // Only its own record: a keeper started beside this one keeps its
+        // helpers' files.
+        if state::read(&self.pid_file).is_ok_and(|p| p.trim() == self.pid.to_string()) {
+            let _ = std::fs::remove_file(&self.pid_file);
+        }
     }
 }
 

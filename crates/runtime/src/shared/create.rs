@@ -24,16 +24,21 @@ use crate::sys::{self, Fork, Kernel, Namespace, LINUX};
 use super::{Placement, SharedInfo, DECIDE_LOCK};
 
 /// Builds the container and starts its anchor; returns its record, written
-/// to `info.json`. The caller holds the key's decision lock.
+/// to `info.json`. The caller holds the key's decision lock; `let_go` is
+/// called once the keeper is leased.
 pub(super) fn create(
     spec: &RunSpec,
     dir: &Path,
     placement: &Placement,
     fingerprint: String,
     image_file: Option<&File>,
+    let_go: &mut dyn FnMut(),
 ) -> Result<SharedInfo> {
     let key = &placement.key;
     let leased = container::lease(spec, image_file)?;
+    // The keeper is there: the node's other ranks need not wait for the
+    // container to be built (they wait on its decision lock instead).
+    let_go();
     let lease = leased.keeper();
     let pipe = || rustix::pipe::pipe().map_err(|e| Error::Setup(format!("pipe: {e}")));
     let (ready_read, ready_write) = pipe()?;

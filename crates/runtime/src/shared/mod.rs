@@ -155,9 +155,16 @@ impl Placed {
 
 /// Places `spec`'s command in the shared container `placement.key`,
 /// creating the container if no live one has that key (`image_file`: the
-/// image, already open, for a keeper started then). The task joins with
-/// [`Placed::join`].
-pub fn place(spec: &RunSpec, placement: &Placement, image_file: Option<&File>) -> Result<Placed> {
+/// image, already open, for a keeper started then). `let_go` is called as
+/// soon as the task needs nothing more of the node's other ranks: when
+/// the keeper is leased for a container it creates, or when it has
+/// decided to join one. The task joins with [`Placed::join`].
+pub fn place(
+    spec: &RunSpec,
+    placement: &Placement,
+    image_file: Option<&File>,
+    let_go: &mut dyn FnMut(),
+) -> Result<Placed> {
     if spec.pid_ns {
         return Err(Error::Usage(
             "--pid cannot be combined with a shared container (its tasks join one container; they keep the host's PID namespace)".into(),
@@ -168,24 +175,39 @@ pub fn place(spec: &RunSpec, placement: &Placement, image_file: Option<&File>) -
     let dir = containers_dir()?.join(key);
     node::private_dir(&dir)?;
     let wanted = fingerprint(spec);
-    let deciding = Deciding::begin(&dir, DECIDE_LOCK)?;
-    let info = match read_alive(&dir) {
-        Some(info) if info.fingerprint != wanted => {
-            return Err(Error::Usage(format!(
-                "shared container {key} already runs {} with other options (binds, --writable, --fakeroot or the image differ); use another key, or the same options",
-                info.image
-            )))
-        }
-        Some(info) => info,
-        None => create::create(spec, &dir, placement, wanted, image_file)?,
-    };
-    let share = deciding.share()?;
-    deciding.end();
-    Ok(Placed {
-        info,
-        share,
-        job: spec.process.clone(),
-    })
+    loop {
+        let deciding = Deciding::begin(&dir, DECIDE_LOCK)?;
+        let (info, share) = match read_alive(&dir) {
+            Some(info) if info.fingerprint != wanted => {
+                return Err(Error::Usage(format!(
+                    "shared container {key} already runs {} with other options (binds, --writable, --fakeroot or the image differ); use another key, or the same options",
+                    info.image
+                )))
+            }
+            Some(info) => match deciding.try_share()? {
+                Some(share) => {
+                    let_go();
+                    (info, share)
+                }
+                None => {
+                    // Its anchor is leaving: let it go, then look again.
+                    deciding.end();
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    continue;
+                }
+            },
+            None => {
+                let info = create::create(spec, &dir, placement, wanted.clone(), image_file, let_go)?;
+                (info, deciding.share()?)
+            }
+        };
+        deciding.end();
+        return Ok(Placed {
+            info,
+            share,
+            job: spec.process.clone(),
+        });
+    }
 }
 
 /// Runs `job` in the live shared container `key` (`berth exec`).
@@ -200,11 +222,17 @@ pub fn exec(key: &str, job: &Process) -> Result<i32> {
     if !dir.is_dir() {
         return Err(missing());
     }
-    let deciding = Deciding::begin(&dir, DECIDE_LOCK)?;
-    let info = read_alive(&dir).ok_or_else(missing)?;
-    let share = deciding.share()?;
-    deciding.end();
-    join::join(&info, job, share)
+    loop {
+        let deciding = Deciding::begin(&dir, DECIDE_LOCK)?;
+        let info = read_alive(&dir).ok_or_else(missing)?;
+        let Some(share) = deciding.try_share()? else {
+            deciding.end();
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            continue;
+        };
+        deciding.end();
+        return join::join(&info, job, share);
+    }
 }
 
 /// The record of the live shared container `key`.

@@ -17,7 +17,6 @@ pub use crate::base_layer::BaseImage;
 use crate::cache_key;
 use crate::context::Ignore;
 use crate::dockerfile::{self, Dockerfile, Kind, Stage};
-use crate::image_config::ImageConfig;
 use crate::instructions::{PendingHistory, StageState, Surroundings};
 pub use crate::manifest::Built;
 use crate::manifest::{assemble, StepResults};
@@ -208,18 +207,7 @@ fn start_stage(
     blobs: &Blobs,
     cache: &Path,
 ) -> Result<(Base, StageState)> {
-    let mut st = StageState {
-        env: Vec::new(),
-        args: BTreeMap::new(),
-        workdir: "/".into(),
-        user: String::new(),
-        shell: vec!["/bin/sh".into(), "-c".into()],
-        config: ImageConfig::scratch(),
-        layers: Vec::new(),
-        history: Vec::new(),
-        key: cache_key::scratch(),
-        cmd_set: false,
-    };
+    let mut st = StageState::scratch();
     if from == "scratch" {
         return Ok((Base::Scratch, st));
     }

@@ -105,6 +105,22 @@ pub struct Surroundings<'a> {
 pub type FsStep = (Action, String);
 
 impl StageState {
+    /// A stage on `FROM scratch`: nothing but the defaults.
+    pub fn scratch() -> Self {
+        StageState {
+            env: Vec::new(),
+            args: BTreeMap::new(),
+            workdir: "/".into(),
+            user: String::new(),
+            shell: vec!["/bin/sh".into(), "-c".into()],
+            config: ImageConfig::scratch(),
+            layers: Vec::new(),
+            history: Vec::new(),
+            key: cache_key::scratch(),
+            cmd_set: false,
+        }
+    }
+
     /// Applies `step`: the config and state change; a file-system step
     /// also returns what the worker does and its digest.
     pub fn apply(&mut self, step: &Step, around: &Surroundings) -> Result<Option<FsStep>> {
@@ -460,21 +476,6 @@ mod tests {
         assert_eq!(duration_ns("5"), None);
     }
 
-    fn scratch_state() -> StageState {
-        StageState {
-            env: Vec::new(),
-            args: BTreeMap::new(),
-            workdir: "/".into(),
-            user: String::new(),
-            shell: vec!["/bin/sh".into(), "-c".into()],
-            config: ImageConfig::scratch(),
-            layers: Vec::new(),
-            history: Vec::new(),
-            key: cache_key::scratch(),
-            cmd_set: false,
-        }
-    }
-
     /// The config instructions of a Dockerfile, applied in order, give the
     /// config JSON the untyped builder of earlier versions wrote.
     #[test]
@@ -497,7 +498,7 @@ mod tests {
             stage_index: &|_, _| None,
             stage_keys: &|_| None,
         };
-        let mut st = scratch_state();
+        let mut st = StageState::scratch();
         let mut mkdirs = Vec::new();
         for step in &df.stages[0].steps {
             if let Some((Action::Mkdir { path }, _)) = st.apply(step, &around).unwrap() {
@@ -538,7 +539,7 @@ mod tests {
             stage_index: &|_, _| None,
             stage_keys: &|_| None,
         };
-        let mut st = scratch_state();
+        let mut st = StageState::scratch();
         st.config.config.oci.set_cmd(Some(vec!["inherited".into()]));
         st.apply(&df.stages[0].steps[0], &around).unwrap();
         assert_eq!(st.config.config.oci.cmd(), &None);

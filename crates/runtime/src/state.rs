@@ -47,6 +47,24 @@ pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
     written
 }
 
+/// Records a process's pid in `path` (`PID` and a newline).
+pub fn write_pid(path: &Path, pid: u32) -> io::Result<()> {
+    write(path, format!("{pid}\n").as_bytes())
+}
+
+/// The pid a pid file records, if it holds one.
+pub fn read_pid(path: &Path) -> Option<i32> {
+    read(path).ok()?.trim().parse().ok()
+}
+
+/// Removes the pid file `path` only if it still records `pid` (a process
+/// that took over the file keeps its record).
+pub fn remove_pid(path: &Path, pid: u32) {
+    if read_pid(path).is_some_and(|p| i64::from(p) == i64::from(pid)) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
 /// A new, empty file at `path` (mode 0600), made after removing whatever
 /// was there: a symlink planted at `path` is replaced, never followed.
 pub fn create_fresh(path: &Path) -> io::Result<File> {

@@ -99,7 +99,7 @@ fn run(plan_path: &Path) -> Result<()> {
     // executed there): not dumpable, RUN steps (root of the build's
     // namespace only) cannot open its /proc files, its root (the host's)
     // among them. They also get their own PID namespace (sandbox_exec).
-    let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
+    berth_runtime::process::not_dumpable();
     if !full_map {
         eprintln!(
             "berth: note: no subordinate id range for you in /etc/subuid and /etc/subgid (or no newuidmap): \

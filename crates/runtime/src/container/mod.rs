@@ -133,7 +133,11 @@ pub struct RunSpec {
     pub timing: Option<Instant>,
 }
 
-fn seconds<S: serde::Serializer>(d: &Duration, s: S) -> std::result::Result<S::Ok, S::Error> {
+/// A duration shown as whole seconds.
+pub(crate) fn seconds<S: serde::Serializer>(
+    d: &Duration,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
     s.serialize_u64(d.as_secs())
 }
 

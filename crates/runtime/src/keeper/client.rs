@@ -120,7 +120,7 @@ pub fn acquire(req: &KeeperRequest<'_>) -> Result<KeeperLease> {
 /// names a child of `keeper` (the keeper forks its helpers), so a pid
 /// planted there cannot make a run join some other process's namespaces.
 fn helper_of(file: &Path, keeper: i32) -> Option<Pinned> {
-    let pid: i32 = state::read(file).ok()?.trim().parse().ok()?;
+    let pid = state::read_pid(file)?;
     let pinned = Pinned::new(pid)?;
     let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let ppid: i32 = status
@@ -146,7 +146,7 @@ fn helper_ns(helper: Option<Pinned>, kind: &str) -> Option<OwnedFd> {
 /// first arguments.
 fn keeper_alive(dir: &Path) -> Option<Pinned> {
     use std::os::unix::fs::MetadataExt;
-    let pid: i32 = state::read(&dir.join("pid")).ok()?.trim().parse().ok()?;
+    let pid = state::read_pid(&dir.join("pid"))?;
     let pinned = Pinned::new(pid)?;
     let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     let mut args = cmdline.split(|b| *b == 0).skip(1);

@@ -129,7 +129,7 @@ fn run(k: &dyn Kernel, raw: &[String]) -> Result<()> {
     };
     let files = LeaseFiles::open(&args.dir, DECIDE_LOCK)?;
     let pid = std::process::id();
-    state::write(&args.dir.join("pid"), format!("{pid}\n").as_bytes())
+    state::write_pid(&args.dir.join("pid"), pid)
         .map_err(|e| Error::io("write", args.dir.join("pid"), e))?;
     say_ready(pid);
     // Idle (left under both locks) or the server is gone: either way,
@@ -149,10 +149,7 @@ fn run(k: &dyn Kernel, raw: &[String]) -> Result<()> {
     // the server are gone, so a keeper never runs beside its successor.
     // Only its own record: a keeper started beside it (a run that could
     // not pin this one) keeps its pid file.
-    let pid_file = args.dir.join("pid");
-    if state::read(&pid_file).is_ok_and(|p| p.trim() == pid.to_string()) {
-        let _ = fs::remove_file(&pid_file);
-    }
+    state::remove_pid(&args.dir.join("pid"), pid);
     drop(prepared);
     drop(identity);
     if let Some(mut s) = server {

@@ -40,9 +40,7 @@ impl Drop for Helper {
         let _ = sys::wait(self.pid, false);
         // Only its own record: a keeper started beside this one keeps its
         // helpers' files.
-        if state::read(&self.pid_file).is_ok_and(|p| p.trim() == self.pid.to_string()) {
-            let _ = std::fs::remove_file(&self.pid_file);
-        }
+        state::remove_pid(&self.pid_file, self.pid as u32);
     }
 }
 
@@ -107,7 +105,7 @@ pub(super) fn start_prepared_root(
             }
             let pid_file = dir.join("holder.pid");
             let helper = Helper { pid, pid_file };
-            state::write(&helper.pid_file, format!("{pid}\n").as_bytes()).ok()?;
+            state::write_pid(&helper.pid_file, pid as u32).ok()?;
             Some(helper)
         }
     }
@@ -149,7 +147,7 @@ pub(super) fn start_identity_ns(k: &dyn Kernel, dir: &Path, maps: &NestedMaps) -
                 pid,
                 pid_file: dir.join("identity.pid"),
             };
-            if !mapped || state::write(&helper.pid_file, format!("{pid}\n").as_bytes()).is_err() {
+            if !mapped || state::write_pid(&helper.pid_file, pid as u32).is_err() {
                 eprintln!(
                     "berth: the keeper's nested user namespace could not be set up; runs make their own"
                 );

@@ -154,16 +154,13 @@ pub fn prepare(k: &dyn Kernel, plan: &RootfsPlan<'_>) -> Result<PathBuf> {
     // Identity and name resolution.
     let mut etc_files: Vec<(&str, PathBuf)> = Vec::new();
     if let (Profile::Container, Some((image, stage))) = (plan.profile, image) {
-        for (name, line) in [("passwd", plan.passwd_line), ("group", plan.group_line)] {
+        let files = [
+            ("passwd", "/etc/passwd", plan.passwd_line),
+            ("group", "/etc/group", plan.group_line),
+        ];
+        for (name, target, line) in files {
             if let Some(file) = identity::write_file(k, image, name, line, stage)? {
-                etc_files.push((
-                    if name == "passwd" {
-                        "/etc/passwd"
-                    } else {
-                        "/etc/group"
-                    },
-                    file,
-                ));
+                etc_files.push((target, file));
             }
         }
     }

@@ -84,14 +84,10 @@ pub struct Placement {
     /// The container's key.
     pub key: String,
     /// How long it stays without tasks.
-    #[serde(serialize_with = "seconds")]
+    #[serde(serialize_with = "crate::container::seconds")]
     pub linger: Duration,
     /// The image as named.
     pub image: String,
-}
-
-fn seconds<S: serde::Serializer>(d: &Duration, s: S) -> std::result::Result<S::Ok, S::Error> {
-    s.serialize_u64(d.as_secs())
 }
 
 /// Whether `key` can name a shared container: 1 to 128 of `A-Za-z0-9._-`,

@@ -177,8 +177,7 @@ impl Kernel for Recording {
         flags: OFlags,
     ) -> Result<OwnedFd, Errno> {
         self.record(Call::OpenInRoot(path.to_string()))?;
-        let rel = path.trim_start_matches('/');
-        super::resolve::open_in_root(root, if rel.is_empty() { "." } else { rel }, flags)
+        super::resolve::open_in_root(root, path, flags)
     }
 
     fn set_no_new_privs(&self) -> Result<(), Errno> {

@@ -19,8 +19,7 @@ pub fn write_id_maps(uid_line: &str, gid_line: &str) -> io::Result<()> {
 /// namespace the caller may map).
 pub fn write_id_maps_of(pid: u32, uid_line: &str, gid_line: &str) -> io::Result<()> {
     write_proc_file(pid, "setgroups", "deny")?;
-    write_proc_file(pid, "uid_map", &format!("{uid_line}\n"))?;
-    write_proc_file(pid, "gid_map", &format!("{gid_line}\n"))
+    write_uid_gid_maps_of(pid, uid_line, gid_line)
 }
 
 /// Writes the uid and gid maps of the process `pid` without denying

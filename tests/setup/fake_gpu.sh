@@ -39,7 +39,8 @@ rm -f "$DIR/nvml.c"
 # makes them (-f /dev/null: only this directory and the trusted ones).
 ldconfig -n "$DIR/lib"
 ldconfig -C "$DIR/ld.so.cache" -f /dev/null "$DIR/lib"
-ldconfig -p -C "$DIR/ld.so.cache" | grep -q "libcuda.so.1 .*=> $DIR/lib/" \
+# grep reads it all (-q could leave early: SIGPIPE under pipefail).
+ldconfig -p -C "$DIR/ld.so.cache" | grep "libcuda.so.1 .*=> $DIR/lib/" > /dev/null \
     || die "the fake loader cache lacks libcuda.so.1"
 
 cat > "$DIR/bin/nvidia-smi" <<'SH'

@@ -3,7 +3,9 @@
 # other ways.
 #
 #   berth   berth run IMAGE sh -c WORKLOAD: the image through berth's
-#           per-image keeper (squashfuse_ll) and the container's overlay
+#           per-image keeper (its squashfs server: berth's own, or
+#           squashfuse_ll with --squashfs-server squashfuse_ll) and the
+#           container's overlay
 #   kernel  the same commands run natively against a kernel squashfs loop
 #           mount (mount -t squashfs -o loop,ro, as root) of berth's own
 #           image file
@@ -63,6 +65,7 @@ WORKLOADS=read,find,stat
 DROP_CACHES=0
 HOST_FIXES=1
 SMOKE=0
+SQUASHFS_SERVER=berth
 
 usage() {
     cat <<EOF
@@ -84,12 +87,13 @@ usage: $0 [options]    (run as root)
   --work-dir DIR       cache and scratch space (default $WORK)
   --results DIR        where JSON and CSV go (default bench/results)
   --no-host-fixes      do not chmod /dev/fuse 0666
+  --squashfs-server S  berth's image server: berth (default) or squashfuse_ll
 EOF
 }
 
 bench_options --runs=RUNS --smoke:SMOKE=1 --files=FILES --file-mib=FILE_MIB \
     --methods=METHODS --workloads=WORKLOADS --drop-caches:DROP_CACHES=1 \
-    --no-host-fixes:HOST_FIXES=0 common -- "$@"
+    --no-host-fixes:HOST_FIXES=0 --squashfs-server=SQUASHFS_SERVER common -- "$@"
 if ((SMOKE)); then RUNS=1; FILES=4; FILE_MIB=16; fi
 bench_int --runs "$RUNS"
 bench_int --files "$FILES"
@@ -125,6 +129,7 @@ cat > "$BERTH_SITE_CONF" <<'EOF'
 [runtime]
 keeper_idle_seconds = 900
 EOF
+echo "squashfs_server = \"$SQUASHFS_SERVER\"" >> "$BERTH_SITE_CONF"
 [[ -x $BERTH_BIN ]] || die "no berth binary at $BERTH_BIN (cargo build --release, or --berth PATH)"
 # A copy the user can surely execute, whatever the permissions of the checkout.
 install -m 0755 "$BERTH_BIN" "$FA/bin/berth"
@@ -350,12 +355,13 @@ jq -n \
     --arg load_before "$LOAD_BEFORE" --arg load_after "$LOAD_AFTER" \
     --arg berth_version "$(version_of "$BERTH" --version)" \
     --arg berth_sha256 "$(sha256sum "$BERTH" | cut -d' ' -f1)" --arg git "$(git_describe)" \
+    --arg server "$SQUASHFS_SERVER" \
     --arg squashfuse "$(dpkg-query -W -f='${Version}' squashfuse 2>/dev/null || echo unknown)" \
     --arg coreutils "$(dpkg-query -W -f='${Version}' coreutils 2>/dev/null || echo unknown)" \
     '{benchmark: "file-access", time_utc: $stamp, runs: $runs, smoke: ($smoke == 1),
       methods: ($methods | split(" ") | map(select(. != ""))), workloads: ($workloads | split(" ")),
       unavailable: $why, user: $user, argv: $argv, workload_script: $workload_script,
-      how: {berth: "berth run IMAGE sh -c SCRIPT (keeper: squashfuse_ll, then the container overlay)",
+      how: {berth: "berth run IMAGE sh -c SCRIPT (keeper: \($server), then the container overlay)",
             kernel: "mount -t squashfs -o loop,ro,nosuid,nodev IMAGE_FILE (as root); SCRIPT run natively as the user",
             host: "SCRIPT run natively as the user on the unpacked files"},
       cold: (if $drop_caches == 1 then "fresh mount, page cache dropped (sync; echo 3 > /proc/sys/vm/drop_caches)"

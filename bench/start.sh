@@ -323,7 +323,7 @@ if [[ " ${READY[*]} " == *" berth "* ]]; then
 fi
 
 # cleanup: berth's keeper for the image, if it runs (node.sh's stop_keeper:
-# stopping its squashfuse_ll server makes the keeper leave by its own exit
+# stopping its squashfs server makes the keeper leave by its own exit
 # path; a signal to the keeper itself works too, but leaves its pid file
 # behind), and podman's pause process.
 cleanup() {

@@ -5,7 +5,8 @@
 #   bash tests/fuzz.sh [--seconds N] [TARGET...]     (default 60 s each, all)
 #
 # Targets: reference, manifest, layer (the layer applier: no emitted path
-# or hard link outside the root), ldcache, cdi, config. Needs the nightly
+# or hard link outside the root), ldcache, cdi, config, squashfs (the
+# reader, seeded with mksquashfs images of each compressor). Needs the nightly
 # toolchain and cargo-fuzz (installed here when missing). A crash stops the
 # run with its input in fuzz/artifacts/TARGET/; it becomes a regression
 # test next to the code it broke. CI runs 10 s each (tests/run.sh).
@@ -20,7 +21,7 @@ while (($#)); do
         *) TARGETS+=("$1"); shift ;;
     esac
 done
-((${#TARGETS[@]})) || TARGETS=(reference manifest layer ldcache cdi config)
+((${#TARGETS[@]})) || TARGETS=(reference manifest layer ldcache cdi config squashfs)
 log() { echo "fuzz.sh: $*" >&2; }
 # Exit 3: the tools could not be had (no network to the toolchain
 # server, say): tests/run.sh reports the fuzz run as skipped, not failed.
@@ -114,6 +115,21 @@ devices = ["/dev/cxi0"]
 FI_PROVIDER = "cxi"
 """)
 PY
+# squashfs: small real images, one per compressor (mksquashfs, when there).
+install -d corpus/squashfs
+if command -v mksquashfs > /dev/null; then
+    sq=$(mktemp -d)
+    mkdir -p "$sq/tree/d/e"
+    printf 'hello\n' > "$sq/tree/a"
+    head -c 20000 /etc/services > "$sq/tree/d/big" 2>/dev/null || printf 'x%.0s' {1..20000} > "$sq/tree/d/big"
+    ln -s a "$sq/tree/link"
+    ln "$sq/tree/a" "$sq/tree/d/e/hard"
+    for c in gzip zstd xz lz4 lzo; do
+        mksquashfs "$sq/tree" "corpus/squashfs/seed-$c" -comp "$c" -b 4096 \
+            -noappend -quiet -no-progress > /dev/null 2>&1 || true
+    done
+    rm -rf "$sq"
+fi
 install -d corpus/ldcache
 if [[ -r /etc/ld.so.cache ]]; then cp /etc/ld.so.cache corpus/ldcache/seed-host 2>/dev/null || true; fi
 

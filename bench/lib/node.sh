@@ -11,7 +11,7 @@
 #   keeper_dir RT ID    berth's keeper directory for image ID under the
 #                       runtime directory RT (XDG_RUNTIME_DIR)
 #   keeper_pid DIR      the live keeper's pid, or nothing
-#   stop_keeper DIR     stops that keeper (and its squashfuse_ll)
+#   stop_keeper DIR     stops that keeper (and its squashfs server)
 #   keepers_for DIR     how many keeper processes serve DIR (1 expected)
 #   fuse_fix            /dev/fuse 0666 when HOST_FIXES=1 (records it in
 #                       HOST_FIXES_DONE)
@@ -65,7 +65,8 @@ keeper_pid() {
     echo "$pid"
 }
 
-# stop_keeper DIR: stopping the keeper's squashfuse_ll server makes the
+# stop_keeper DIR: stopping the keeper's squashfs server (berth-squashfs or
+# squashfuse_ll) makes the
 # keeper leave by its own exit path within 250 ms (as start.sh does). Only
 # the keeper named in its pid file, owned by the user, and that keeper's own
 # squashfuse_ll child are touched. Returns 1 if it is still there after 5 s.
@@ -73,7 +74,7 @@ stop_keeper() {
     local dir=$1 pid child i
     pid=$(keeper_pid "$dir")
     [[ -n $pid ]] || return 0
-    for child in $(pgrep -P "$pid" -x squashfuse_ll || true); do
+    for child in $(pgrep -P "$pid" -x 'squashfuse_ll|berth-squashfs' || true); do
         kill -TERM "$child" 2>/dev/null || true
     done
     for ((i = 0; i < 50; i++)); do

@@ -24,6 +24,11 @@ fn main() -> ExitCode {
         let code = berth_build::worker::main(&raw[2..]);
         return ExitCode::from(code.clamp(0, 255) as u8);
     }
+    // The squashfs server, started by a keeper or a build worker.
+    if raw.get(1).map(String::as_str) == Some("__squashfs") {
+        let code = berth_squashfs::serve_main(&raw[2..]);
+        return ExitCode::from(code.clamp(0, 255) as u8);
+    }
     // A shared container's holder, started by `berth run --shared`.
     if raw.get(1).map(String::as_str) == Some("__holder") {
         let code = berth_runtime::shared::anchor_main(&raw[2..]);

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 pub mod exit;
 pub mod root;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The site-wide configuration file.
 pub const SYSTEM_CONFIG: &str = "/etc/berth/berth.toml";
@@ -86,6 +86,43 @@ pub struct RuntimeSettings {
     /// Seconds an image mount stays alive after its last container ends.
     #[serde(default = "default_keeper_idle")]
     pub keeper_idle_seconds: u64,
+    /// The server of rootless image mounts: berth's own (the default) or
+    /// `squashfuse_ll` (the fallback). Real root mounts with the kernel.
+    #[serde(default)]
+    pub squashfs_server: SquashfsServer,
+}
+
+/// What serves an image's squashfs file to rootless containers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub enum SquashfsServer {
+    /// berth's own reader and FUSE server (`berth __squashfs`).
+    #[default]
+    #[serde(rename = "berth")]
+    Berth,
+    /// squashfuse's `squashfuse_ll` (`BERTH_SQUASHFUSE` names another path).
+    #[serde(rename = "squashfuse_ll")]
+    SquashfuseLl,
+}
+
+impl SquashfsServer {
+    /// The variable that hands the choice to the keeper and build worker.
+    pub const ENV: &'static str = "BERTH_SQUASHFS_SERVER";
+
+    /// The setting's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SquashfsServer::Berth => "berth",
+            SquashfsServer::SquashfuseLl => "squashfuse_ll",
+        }
+    }
+
+    /// The server [`Self::ENV`] names; berth's if unset or unknown.
+    pub fn from_env() -> Self {
+        match std::env::var(Self::ENV).as_deref() {
+            Ok("squashfuse_ll") => SquashfsServer::SquashfuseLl,
+            _ => SquashfsServer::Berth,
+        }
+    }
 }
 
 fn default_keeper_idle() -> u64 {
@@ -97,6 +134,7 @@ impl Default for RuntimeSettings {
         Self {
             binds: Vec::new(),
             keeper_idle_seconds: default_keeper_idle(),
+            squashfs_server: SquashfsServer::default(),
         }
     }
 }

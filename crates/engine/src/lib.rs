@@ -187,6 +187,7 @@ pub fn prepare(
         annotations,
         preflight: inject::preflight(&plan),
         keeper_idle: Duration::from_secs(idle),
+        squashfs_server: config.runtime.squashfs_server,
         berth_exe: caller.berth_exe.clone(),
         timing: timing.then_some(caller.started),
     };

@@ -1,13 +1,15 @@
-//! Mounting an image's squashfs file read-only: through FUSE
-//! (`squashfuse_ll` serving a connection berth mounted) in a user
-//! namespace, or the kernel's squashfs driver on a loop device for real
-//! root. The file goes by descriptor: on a parallel filesystem every path
+//! Mounting an image's squashfs file read-only: through FUSE (berth's own
+//! server, `berth __squashfs`, or `squashfuse_ll`, serving a connection
+//! berth mounted) in a user namespace, or the kernel's squashfs driver on a
+//! loop device for real root. The file goes by descriptor: on a parallel filesystem every path
 //! walk costs metadata requests, and the file is already open.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+
+use berth_config::SquashfsServer;
 
 use crate::error::{Error, Result};
 use crate::sys::{self, Kernel, MountFlags};
@@ -22,15 +24,15 @@ pub fn fuse_options(fd: i32, uid: u32, gid: u32) -> String {
 }
 
 /// Mounts the squashfs `image_file` read-only on `target` through FUSE,
-/// for the namespace's `uid`/`gid`; returns the server. Needs
-/// `CAP_SYS_ADMIN` in the current user namespace (the keeper's, or a build
-/// worker's).
+/// for the namespace's `uid`/`gid`, served by `server`; returns the
+/// server's process. Needs `CAP_SYS_ADMIN` in the current user namespace
+/// (the keeper's, or a build worker's).
 pub fn mount_fuse(
     k: &dyn Kernel,
     image_file: &File,
     target: &Path,
-    uid: u32,
-    gid: u32,
+    (uid, gid): (u32, u32),
+    server: SquashfsServer,
 ) -> Result<std::process::Child> {
     let fuse = File::options()
         .read(true)
@@ -50,18 +52,44 @@ pub fn mount_fuse(
     k.mount(
         Some(Path::new("berth-squashfs")),
         target,
-        Some("fuse.squashfuse_ll"),
+        Some(match server {
+            SquashfsServer::Berth => "fuse.berth-squashfs",
+            SquashfsServer::SquashfuseLl => "fuse.squashfuse_ll",
+        }),
         IMAGE_FLAGS,
         Some(&opts),
     )
     .map_err(|e| Error::sys("mount the image (FUSE) on", Some(target.into()), e))?;
-    // squashfuse_ll takes the already mounted connection as /dev/fd/N, and
-    // the image as another.
+    // The server takes the already mounted connection and the image as
+    // inherited descriptors.
     for f in [&fuse, image_file] {
         rustix::io::fcntl_setfd(f, rustix::io::FdFlags::empty())
             .map_err(|e| Error::sys("hand on a descriptor to the squashfs server", None, e))?;
     }
-    let mut cmd = Command::new(squashfuse_path());
+    let (image_fd, fuse_fd) = (image_file.as_raw_fd(), fuse.as_raw_fd());
+    // berth itself, by descriptor: the server's own id (below) may not be
+    // allowed to walk to it (a binary under a private home).
+    let berth = File::open("/proc/self/exe")
+        .map_err(|e| Error::Mount(format!("cannot open berth's own binary: {e}")))?;
+    let (program, mut cmd) = match server {
+        SquashfsServer::Berth => {
+            let exe = sys::fd_path(&berth);
+            let mut cmd = Command::new(&exe);
+            std::os::unix::process::CommandExt::arg0(&mut cmd, "berth-squashfs");
+            cmd.arg("__squashfs")
+                .arg(format!("fd:{image_fd}"))
+                .arg(format!("fd:{fuse_fd}"));
+            (exe, cmd)
+        }
+        SquashfsServer::SquashfuseLl => {
+            let exe = squashfuse_path();
+            let mut cmd = Command::new(&exe);
+            cmd.arg("-f")
+                .arg(format!("/dev/fd/{image_fd}"))
+                .arg(format!("/dev/fd/{fuse_fd}"));
+            (exe, cmd)
+        }
+    };
     // If the keeper dies, however, the server must go too: it lives in the
     // keeper's mount namespace and would otherwise keep it (and itself) alive.
     sys::process::kill_with_parent(&mut cmd, rustix::process::Signal::TERM);
@@ -74,18 +102,17 @@ pub fn mount_fuse(
         cmd.uid(id).gid(id);
     }
     let child = cmd
-        .arg("-f")
-        .arg(format!("/dev/fd/{}", image_file.as_raw_fd()))
-        .arg(format!("/dev/fd/{}", fuse.as_raw_fd()))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .spawn()
         .map_err(|e| {
-            Error::Mount(format!(
-                "cannot start {} ({e}): install squashfuse (Debian/Ubuntu: apt-get install squashfuse), or set BERTH_SQUASHFUSE",
-                squashfuse_path().display()
-            ))
+            let hint = match server {
+                SquashfsServer::Berth => "",
+                SquashfsServer::SquashfuseLl => ": install squashfuse (Debian/Ubuntu: apt-get install squashfuse), set BERTH_SQUASHFUSE, or use berth's own server ([runtime] squashfs_server = \"berth\")",
+            };
+            Error::Mount(format!("cannot start {} ({e}){hint}", program.display()))
         });
+    drop(berth);
     // Never into anything else berth starts.
     let _ = rustix::io::fcntl_setfd(image_file, rustix::io::FdFlags::CLOEXEC);
     // Our copy of the connection goes, so a dead server aborts it instead

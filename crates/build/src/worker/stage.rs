@@ -111,8 +111,14 @@ fn overlay_root(sqfs: &Path, root: &Path) -> std::result::Result<PathBuf, Overla
         path: sqfs.to_path_buf(),
         source,
     })?;
-    let server = berth_runtime::image_mount::mount_fuse(&LINUX, &image, &lower, 0, 0)
-        .map_err(|e| OverlayError::Fuse(e.to_string()))?;
+    let server = berth_runtime::image_mount::mount_fuse(
+        &LINUX,
+        &image,
+        &lower,
+        (0, 0),
+        berth_config::SquashfsServer::from_env(),
+    )
+    .map_err(|e| OverlayError::Fuse(e.to_string()))?;
     // The server lives as long as the connection; nothing waits for it.
     std::mem::forget(server);
     let opts = format!(

@@ -24,3 +24,4 @@ mod runtime_shared;
 mod security_review;
 mod slurm_spank;
 mod slurm_srun;
+mod squashfs_server;

@@ -205,7 +205,10 @@ fn berths_helpers_cannot_be_traced_from_a_container() {
         .unwrap()
         .flatten()
         .filter_map(|e| fs::read_to_string(e.path().join("status")).ok())
-        .find(|st| st.starts_with("Name:\tsquashfuse") && st.contains(&ppid));
+        .find(|st| {
+            (st.starts_with("Name:\tberth-squashfs") || st.starts_with("Name:\tsquashfuse"))
+                && st.contains(&ppid)
+        });
     let status = server.expect("the keeper's squashfs server");
     assert!(status.contains("CapEff:\t0000000000000000"), "{status}");
     // With the test user's subordinate range it runs as an id of its own,

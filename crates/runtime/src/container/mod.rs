@@ -125,6 +125,8 @@ pub struct RunSpec {
     /// Keeper idle time before it unmounts.
     #[serde(serialize_with = "seconds")]
     pub keeper_idle: Duration,
+    /// What serves the image to rootless runs.
+    pub squashfs_server: berth_config::SquashfsServer,
     /// berth's own binary (to start keepers).
     #[serde(skip)]
     pub berth_exe: PathBuf,
@@ -199,6 +201,7 @@ pub fn lease<'a>(spec: &'a RunSpec, image_file: Option<&File>) -> Result<Leased<
         image_id: &spec.image.id,
         mode: spec.identity.mode,
         idle: spec.keeper_idle,
+        server: spec.squashfs_server,
         template: spec.template.as_ref(),
         image_file,
     })?;

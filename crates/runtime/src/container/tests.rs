@@ -48,6 +48,7 @@ fn spec(template: bool, extra: &[&str]) -> RunSpec {
         annotations: vec![],
         preflight: None,
         keeper_idle: Duration::from_secs(30),
+        squashfs_server: Default::default(),
         berth_exe: "/b".into(),
         timing: None,
     }

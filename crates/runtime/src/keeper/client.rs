@@ -34,6 +34,8 @@ pub struct KeeperRequest<'a> {
     pub template: Option<&'a Template>,
     /// The image, already open (handed to a keeper started now).
     pub image_file: Option<&'a File>,
+    /// What serves the image (rootless keepers).
+    pub server: berth_config::SquashfsServer,
 }
 
 /// Finds or starts the keeper of the request's image and mode and takes
@@ -180,6 +182,7 @@ fn start(req: &KeeperRequest<'_>, dir: &Path) -> Result<i32> {
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log))
         .env_remove("BERTH_TIMING")
+        .env(berth_config::SquashfsServer::ENV, req.server.as_str())
         .spawn();
     if let Some(f) = req.image_file {
         // Never into the container: close-on-exec again.
@@ -267,6 +270,7 @@ mod tests {
             idle: Duration::from_secs(1),
             template: None,
             image_file: None,
+            server: Default::default(),
         };
         let err = acquire(&req).unwrap_err().to_string();
         assert!(err.contains("is not an image id"), "{err}");

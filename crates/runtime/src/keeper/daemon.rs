@@ -111,8 +111,8 @@ fn run(k: &dyn Kernel, raw: &[String]) -> Result<()> {
             k,
             &image_file,
             &image_dir,
-            uid,
-            gid,
+            (uid, gid),
+            berth_config::SquashfsServer::from_env(),
         )?),
     };
     drop(image_file);
@@ -137,7 +137,7 @@ fn run(k: &dyn Kernel, raw: &[String]) -> Result<()> {
     let _: Served = node::serve_until_idle(&files, args.idle, POLL, || match server.as_mut() {
         Some(s) => match s.try_wait() {
             Ok(Some(status)) => {
-                eprintln!("berth: squashfuse_ll exited ({status})");
+                eprintln!("berth: the squashfs server exited ({status})");
                 false
             }
             _ => true,

@@ -1,0 +1,146 @@
+//! Decompressing blocks, with the output bounded: a block never grows past
+//! the size the format allows it (8 KiB of metadata, a data block).
+//!
+//! Each compressor comes from a crate: zlib from `flate2` (zlib-rs), zstd
+//! from `zstd` (libzstd), xz from `liblzma` (with its BCJ filters), lz4
+//! from `lz4_flex`, lzo from `lzokay-native`. The legacy `lzma`
+//! compressor (id 2) is refused: the kernel does not read it either.
+
+use super::error::{corrupt, Error, Result};
+
+/// A squashfs compressor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compressor {
+    /// zlib (squashfs calls it gzip).
+    Gzip,
+    /// LZO1X.
+    Lzo,
+    /// xz.
+    Xz,
+    /// LZ4 (block format).
+    Lz4,
+    /// Zstandard.
+    Zstd,
+}
+
+/// liblzma's memory limit for one block.
+const XZ_MEMLIMIT: u64 = 256 << 20;
+
+impl Compressor {
+    /// The compressor of superblock id `id`.
+    pub fn from_id(id: u16) -> Result<Self> {
+        Ok(match id {
+            1 => Compressor::Gzip,
+            3 => Compressor::Lzo,
+            4 => Compressor::Xz,
+            5 => Compressor::Lz4,
+            6 => Compressor::Zstd,
+            2 => {
+                return Err(Error::Unsupported(
+                    "lzma compression (squashfs-tools' legacy lzma: the kernel does not read it either); rebuild the image with xz or zstd".into(),
+                ))
+            }
+            _ => return Err(corrupt(format!("unknown compressor id {id}"))),
+        })
+    }
+
+    /// The compressor's name, as mksquashfs spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Compressor::Gzip => "gzip",
+            Compressor::Lzo => "lzo",
+            Compressor::Xz => "xz",
+            Compressor::Lz4 => "lz4",
+            Compressor::Zstd => "zstd",
+        }
+    }
+
+    /// Decompresses `src`, which must give at most `limit` bytes.
+    pub fn decompress(self, src: &[u8], limit: usize) -> Result<Vec<u8>> {
+        let out = match self {
+            Compressor::Gzip => inflate(src, limit)?,
+            Compressor::Zstd => zstd::bulk::decompress(src, limit)
+                .map_err(|e| corrupt(format!("a zstd block does not decompress: {e}")))?,
+            Compressor::Xz => unxz(src, limit)?,
+            Compressor::Lz4 => {
+                let mut out = vec![0; limit];
+                let n = lz4_flex::block::decompress_into(src, &mut out)
+                    .map_err(|e| corrupt(format!("an lz4 block does not decompress: {e}")))?;
+                out.truncate(n);
+                out
+            }
+            Compressor::Lzo => {
+                // A third-party decoder over untrusted input: should it
+                // panic, the block is corrupt, not the server dead.
+                let res =
+                    std::panic::catch_unwind(|| lzokay_native::decompress_all(src, Some(limit)));
+                match res {
+                    Ok(Ok(v)) => v,
+                    _ => return Err(corrupt("an lzo block does not decompress")),
+                }
+            }
+        };
+        if out.len() > limit {
+            return Err(corrupt(format!(
+                "a block decompresses to {} bytes, more than {limit}",
+                out.len()
+            )));
+        }
+        Ok(out)
+    }
+}
+
+fn inflate(src: &[u8], limit: usize) -> Result<Vec<u8>> {
+    let mut d = flate2::Decompress::new(true);
+    let mut out = Vec::with_capacity(limit);
+    let status = d
+        .decompress_vec(src, &mut out, flate2::FlushDecompress::Finish)
+        .map_err(|e| corrupt(format!("a gzip block does not decompress: {e}")))?;
+    if status != flate2::Status::StreamEnd {
+        return Err(corrupt("a gzip block is cut short or too large"));
+    }
+    Ok(out)
+}
+
+fn unxz(src: &[u8], limit: usize) -> Result<Vec<u8>> {
+    let mut s = liblzma::stream::Stream::new_stream_decoder(XZ_MEMLIMIT, 0)
+        .map_err(|e| corrupt(format!("xz: {e}")))?;
+    let mut out = Vec::with_capacity(limit);
+    let status = s
+        .process_vec(src, &mut out, liblzma::stream::Action::Finish)
+        .map_err(|e| corrupt(format!("an xz block does not decompress: {e}")))?;
+    if status != liblzma::stream::Status::StreamEnd {
+        return Err(corrupt("an xz block is cut short or too large"));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn gzip_output_is_bounded() {
+        let data = vec![7u8; 100_000];
+        let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(&data).unwrap();
+        let z = e.finish().unwrap();
+        assert_eq!(Compressor::Gzip.decompress(&z, 100_000).unwrap(), data);
+        assert!(Compressor::Gzip.decompress(&z, 8192).is_err());
+    }
+
+    #[test]
+    fn garbage_is_an_error_for_every_compressor() {
+        let junk = [0xffu8; 64];
+        for c in [
+            Compressor::Gzip,
+            Compressor::Lzo,
+            Compressor::Xz,
+            Compressor::Lz4,
+            Compressor::Zstd,
+        ] {
+            let _ = c.decompress(&junk, 8192).map(|v| assert!(v.len() <= 8192));
+        }
+    }
+}

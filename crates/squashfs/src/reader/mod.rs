@@ -1,0 +1,130 @@
+//! The squashfs 4.0 reader: lazy (nothing but the superblock and the id
+//! table is read when an image opens), bounded (caches of fixed budgets,
+//! limits on every size an image states) and strict (every position is
+//! checked against the image's end; every cursor only moves forward).
+//!
+//! The format is the kernel's (fs/squashfs, squashfs_fs.h) as
+//! squashfs-tools and squashfs-tools-ng write it.
+
+mod cache;
+pub mod compress;
+mod dir;
+mod error;
+mod file;
+mod inode;
+mod metadata;
+mod source;
+pub mod superblock;
+mod tables;
+mod xattr;
+
+use std::fs::File;
+use std::sync::Arc;
+
+pub use compress::Compressor;
+pub use dir::{Entry, Listing};
+pub use error::{Error, Result};
+pub use inode::{Body, DirBody, FileBody, Inode, InodeRef, Kind};
+pub use superblock::Superblock;
+
+use cache::Cache;
+use source::Source;
+use tables::Fragment;
+
+/// How much each cache may hold.
+#[derive(Debug, Clone, Copy)]
+pub struct Budgets {
+    /// Bytes of decompressed metadata blocks.
+    pub metadata: usize,
+    /// Bytes of decompressed data and fragment blocks.
+    pub data: usize,
+    /// Parsed inodes.
+    pub inodes: usize,
+    /// Bytes (about) of parsed directory listings.
+    pub listings: usize,
+}
+
+impl Default for Budgets {
+    fn default() -> Self {
+        Budgets {
+            metadata: 16 << 20,
+            data: 32 << 20,
+            inodes: 64 * 1024,
+            listings: 32 << 20,
+        }
+    }
+}
+
+/// An open squashfs image.
+#[derive(Debug)]
+pub struct Image {
+    src: Source,
+    sb: Superblock,
+    ids: Vec<u32>,
+    meta_cache: Cache<u64, metadata::MetaBlock>,
+    data_cache: Cache<u64, Vec<u8>>,
+    frag_cache: Cache<u32, Fragment>,
+    inode_cache: Cache<InodeRef, Inode>,
+    dir_cache: Cache<InodeRef, Listing>,
+    list_cache: Cache<InodeRef, file::BlockList>,
+}
+
+impl Image {
+    /// Opens the squashfs image in `file` starting at byte `offset`.
+    pub fn open(file: File, offset: u64) -> Result<Self> {
+        Self::open_with(file, offset, Budgets::default())
+    }
+
+    /// [`Image::open`] with cache budgets of the caller's choosing.
+    pub fn open_with(file: File, offset: u64, budgets: Budgets) -> Result<Self> {
+        let src = Source::new(file, offset)?;
+        let mut b = [0u8; superblock::SIZE];
+        if src.size() < b.len() as u64 {
+            return Err(Error::NotSquashfs("shorter than a superblock".into()));
+        }
+        src.read_at(0, &mut b)?;
+        let sb = Superblock::parse(&b, src.size())?;
+        let mut image = Image {
+            src,
+            sb,
+            ids: Vec::new(),
+            meta_cache: Cache::new(budgets.metadata),
+            data_cache: Cache::new(budgets.data),
+            frag_cache: Cache::new(64 * 1024),
+            inode_cache: Cache::new(budgets.inodes),
+            dir_cache: Cache::new(budgets.listings),
+            list_cache: Cache::new(16 << 20),
+        };
+        image.ids = image.read_ids()?;
+        Ok(image)
+    }
+
+    /// The superblock.
+    pub fn superblock(&self) -> &Superblock {
+        &self.sb
+    }
+
+    /// The root directory's reference.
+    pub fn root(&self) -> InodeRef {
+        self.sb.root_inode
+    }
+
+    /// Looks `name` up in directory `dir` (at `r`).
+    pub fn lookup(&self, r: InodeRef, dir: &Inode, name: &[u8]) -> Result<Option<Entry>> {
+        Ok(self.listing(r, dir)?.find(name).cloned())
+    }
+
+    /// Reads a whole file (for tests and small files).
+    pub fn read_all(&self, r: InodeRef, inode: &Inode) -> Result<Vec<u8>> {
+        let Body::File(f) = &inode.body else {
+            return Err(error::corrupt("not a regular file"));
+        };
+        let mut out = Vec::new();
+        let len = usize::try_from(inode.size).map_err(|_| error::corrupt("too large"))?;
+        self.read_file(r, f, inode.size, 0, len, &mut out)?;
+        Ok(out)
+    }
+}
+
+/// An image shared between threads.
+pub type SharedImage = Arc<Image>;

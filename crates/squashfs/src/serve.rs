@@ -1,0 +1,47 @@
+//! `berth __squashfs IMAGE_FD FUSE_FD [OFFSET]`: the server process the
+//! keeper starts on a connection it mounted.
+
+use std::fs::File;
+
+use crate::fuse::{self, dev, Fs};
+use crate::reader::Image;
+
+/// The server process's main; its exit code.
+pub fn serve_main(args: &[String]) -> i32 {
+    match run(args) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("berth-squashfs: error: {e}");
+            1
+        }
+    }
+}
+
+fn fd_arg(s: &str) -> Result<i32, String> {
+    s.strip_prefix("fd:")
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| format!("{s:?} is not fd:N"))
+}
+
+fn run(args: &[String]) -> Result<(), String> {
+    // Started through /proc/self/fd/N: named by that number otherwise.
+    let _ = rustix::thread::set_name(c"berth-squashfs");
+    let (image, conn, offset) = match args {
+        [i, c] => (i, c, 0),
+        [i, c, o] => (i, c, o.parse().map_err(|_| format!("bad offset {o:?}"))?),
+        _ => return Err("usage: berth __squashfs fd:IMAGE fd:FUSE [OFFSET]".into()),
+    };
+    let image = dev::take_fd(fd_arg(image)?).map_err(|e| format!("the image descriptor: {e}"))?;
+    let conn = dev::take_fd(fd_arg(conn)?).map_err(|e| format!("the FUSE descriptor: {e}"))?;
+    let image = Image::open(File::from(image), offset).map_err(|e| e.to_string())?;
+    let threads = std::env::var("BERTH_SQUASHFS_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2)
+                .clamp(2, 8)
+        });
+    fuse::serve(Fs::new(image), conn, threads).map_err(|e| format!("serving the image: {e}"))
+}

@@ -26,6 +26,8 @@ fn fd_arg(s: &str) -> Result<i32, String> {
 fn run(args: &[String]) -> Result<(), String> {
     // Started through /proc/self/fd/N: named by that number otherwise.
     let _ = rustix::thread::set_name(c"berth-squashfs");
+    // It never executes anything: nothing it could execute gains privileges.
+    let _ = rustix::thread::set_no_new_privs(true);
     let (image, conn, offset) = match args {
         [i, c] => (i, c, 0),
         [i, c, o] => (i, c, o.parse().map_err(|_| format!("bad offset {o:?}"))?),

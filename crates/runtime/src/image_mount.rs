@@ -1,8 +1,9 @@
 //! Mounting an image's squashfs file read-only: through FUSE (berth's own
 //! server, `berth __squashfs`, or `squashfuse_ll`, serving a connection
 //! berth mounted) in a user namespace, or the kernel's squashfs driver on a
-//! loop device for real root. The file goes by descriptor: on a parallel filesystem every path
-//! walk costs metadata requests, and the file is already open.
+//! loop device for real root. The file goes by descriptor: on a parallel
+//! filesystem every path walk costs metadata requests, and the file is
+//! already open.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -68,12 +69,14 @@ pub fn mount_fuse(
     }
     let (image_fd, fuse_fd) = (image_file.as_raw_fd(), fuse.as_raw_fd());
     // berth itself, by descriptor: the server's own id (below) may not be
-    // allowed to walk to it (a binary under a private home).
-    let berth = File::open("/proc/self/exe")
-        .map_err(|e| Error::Mount(format!("cannot open berth's own binary: {e}")))?;
+    // allowed to walk to it (a binary under a private home). Open until the
+    // server has started.
+    let mut berth = None;
     let (program, mut cmd) = match server {
         SquashfsServer::Berth => {
-            let exe = sys::fd_path(&berth);
+            let exe = File::open("/proc/self/exe")
+                .map_err(|e| Error::Mount(format!("cannot open berth's own binary: {e}")))?;
+            let exe = sys::fd_path(berth.insert(exe));
             let mut cmd = Command::new(&exe);
             std::os::unix::process::CommandExt::arg0(&mut cmd, "berth-squashfs");
             cmd.arg("__squashfs")

@@ -265,6 +265,19 @@ fn berth_mount(berth: &Path, image: &Path, dir: &Path) -> Child {
         .unwrap()
 }
 
+/// The exit status and log of a server whose mount is gone.
+fn finished(mut server: Child) -> (std::process::ExitStatus, String) {
+    let status = server.wait().unwrap();
+    let mut log = String::new();
+    server
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    (status, log)
+}
+
 fn unmount(dir: &Path) {
     rustix::mount::unmount(dir, rustix::mount::UnmountFlags::DETACH).unwrap();
 }
@@ -355,7 +368,7 @@ fn the_tree_berth_serves_is_the_kernels() {
             .args(["-t", "squashfs", "-o", "loop,ro"])
             .arg(&img)
             .arg(&kdir));
-        let mut server = berth_mount(&env.berth, &img, &bdir);
+        let server = berth_mount(&env.berth, &img, &bdir);
         let started = Instant::now();
         let want = snapshot(&kdir);
         let kernel_time = started.elapsed();
@@ -364,14 +377,7 @@ fn the_tree_berth_serves_is_the_kernels() {
         let berth_time = started.elapsed();
         unmount(&bdir);
         sh(Command::new("umount").arg(&kdir));
-        let status = server.wait().unwrap();
-        let mut log = String::new();
-        server
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut log)
-            .unwrap();
+        let (status, log) = finished(server);
         assert!(
             status.success() && log.is_empty(),
             "{name}: server {status}: {log}"
@@ -477,14 +483,7 @@ fn a_corrupt_image_gives_errors_not_a_hang_or_a_dead_server() {
         "the server died on a corrupt image"
     );
     unmount(&dir);
-    let status = server.wait().unwrap();
-    let mut log = String::new();
-    server
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut log)
-        .unwrap();
+    let (status, log) = finished(server);
     assert!(status.success(), "server: {status}: {log}");
     assert!(!log.contains("panic"), "{log}");
     eprintln!(

@@ -130,6 +130,13 @@ impl Reply {
         Reply { buf }
     }
 
+    /// A successful reply carrying `data`.
+    pub fn data(unique: u64, data: &[u8]) -> Self {
+        let mut r = Reply::ok(unique, data.len());
+        r.bytes(data);
+        r
+    }
+
     /// An error reply (`errno` positive).
     pub fn error(unique: u64, errno: i32) -> Self {
         let mut r = Reply::ok(unique, 0);

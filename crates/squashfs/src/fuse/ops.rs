@@ -114,7 +114,7 @@ impl Fs {
                 Ok(out)
             }
             op::READLINK => match &inode.body {
-                Body::Symlink(t) => Ok(Reply::ok(u, t.len()).bytes(t).take()),
+                Body::Symlink(t) => Ok(Reply::data(u, t)),
                 _ => einval(),
             },
             op::READ => {
@@ -279,7 +279,7 @@ fn sized(u: u64, size: u32, value: &[u8]) -> Reply {
     } else if value.len() > size as usize {
         Reply::error(u, libc::ERANGE)
     } else {
-        Reply::ok(u, value.len()).bytes(value).take()
+        Reply::data(u, value)
     }
 }
 
@@ -307,13 +307,4 @@ fn attr(out: &mut Reply, inode: &Inode) {
         .u32(rdev)
         .u32(4096)
         .u32(0);
-}
-
-impl Reply {
-    /// Moves a reply out of a builder chain.
-    fn take(&mut self) -> Reply {
-        Reply {
-            buf: std::mem::take(&mut self.buf),
-        }
-    }
 }

@@ -248,27 +248,19 @@ impl Image {
                     return Err(corrupt(format!("a symlink target of {len} bytes")));
                 }
                 let target = c.bytes(len as usize)?;
-                if extended {
-                    xattr = some(c.u32()?);
-                }
                 (nlink, u64::from(len), Body::Symlink(target))
             }
             (Kind::BlockDev | Kind::CharDev, _) => {
                 let nlink = c.u32()?;
                 let rdev = c.u32()?;
-                if extended {
-                    xattr = some(c.u32()?);
-                }
                 (nlink, 0, Body::Device(rdev))
             }
-            (Kind::Fifo | Kind::Socket, _) => {
-                let nlink = c.u32()?;
-                if extended {
-                    xattr = some(c.u32()?);
-                }
-                (nlink, 0, Body::Plain)
-            }
+            (Kind::Fifo | Kind::Socket, _) => (c.u32()?, 0, Body::Plain),
         };
+        // Extended symlinks, devices, fifos and sockets end with theirs.
+        if extended && !matches!(kind, Kind::Dir | Kind::File) {
+            xattr = some(c.u32()?);
+        }
         Ok(Inode {
             number,
             kind,

@@ -19,7 +19,6 @@ mod tables;
 mod xattr;
 
 use std::fs::File;
-use std::sync::Arc;
 
 pub use compress::Compressor;
 pub use dir::{Entry, Listing};
@@ -113,18 +112,4 @@ impl Image {
     pub fn lookup(&self, r: InodeRef, dir: &Inode, name: &[u8]) -> Result<Option<Entry>> {
         Ok(self.listing(r, dir)?.find(name).cloned())
     }
-
-    /// Reads a whole file (for tests and small files).
-    pub fn read_all(&self, r: InodeRef, inode: &Inode) -> Result<Vec<u8>> {
-        let Body::File(f) = &inode.body else {
-            return Err(error::corrupt("not a regular file"));
-        };
-        let mut out = Vec::new();
-        let len = usize::try_from(inode.size).map_err(|_| error::corrupt("too large"))?;
-        self.read_file(r, f, inode.size, 0, len, &mut out)?;
-        Ok(out)
-    }
 }
-
-/// An image shared between threads.
-pub type SharedImage = Arc<Image>;

@@ -19,7 +19,7 @@ pub struct Fragment {
 
 impl Image {
     /// Entry `i` (of `size` bytes) of the table whose index is at `index`.
-    fn table_entry(&self, index: u64, size: usize, i: u64) -> Result<Vec<u8>> {
+    pub(super) fn table_entry(&self, index: u64, size: usize, i: u64) -> Result<Vec<u8>> {
         let byte = i * size as u64;
         let slot = byte / META_SIZE as u64;
         let mut p = [0u8; 8];

@@ -31,8 +31,7 @@ impl Image {
                 "xattr index {idx} is past the xattr table"
             )));
         }
-        let e = self.xattr_id(idx)?;
-        let (xref, count) = e;
+        let (xref, count) = self.xattr_id(idx)?;
         if count > MAX_PAIRS {
             return Err(corrupt(format!("an inode with {count} xattrs")));
         }
@@ -73,16 +72,10 @@ impl Image {
     }
 
     /// Entry `idx` of the xattr id table: where its pairs are, how many.
+    /// (Its index follows the table's 16-byte header.)
     fn xattr_id(&self, idx: u32) -> Result<(u64, u32)> {
-        let byte = u64::from(idx) * 16;
-        let slot = byte / 8192;
-        let mut p = [0u8; 8];
-        self.src
-            .read_at(self.sb.xattr_table + 16 + slot * 8, &mut p)?;
-        let mut c = self.cursor(u64::from_le_bytes(p), (byte % 8192) as usize)?;
-        let xref = c.u64()?;
-        let count = c.u32()?;
-        let _size = c.u32()?;
-        Ok((xref, count))
+        let e = self.table_entry(self.sb.xattr_table + 16, 16, u64::from(idx))?;
+        let xref = u64::from_le_bytes([e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]]);
+        Ok((xref, u32::from_le_bytes([e[8], e[9], e[10], e[11]])))
     }
 }

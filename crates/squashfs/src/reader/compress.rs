@@ -3,7 +3,7 @@
 //!
 //! Each compressor comes from a crate: zlib from `flate2` (zlib-rs), zstd
 //! from `zstd` (libzstd), xz from `liblzma` (with its BCJ filters), lz4
-//! from `lz4_flex`, lzo from `lzokay-native`. The legacy `lzma`
+//! from `lz4_flex`; lzo is decoded here (`lzo.rs`). The legacy `lzma`
 //! compressor (id 2) is refused: the kernel does not read it either.
 
 use super::error::{corrupt, Error, Result};
@@ -69,16 +69,8 @@ impl Compressor {
                 out.truncate(n);
                 out
             }
-            Compressor::Lzo => {
-                // A third-party decoder over untrusted input: should it
-                // panic, the block is corrupt, not the server dead.
-                let res =
-                    std::panic::catch_unwind(|| lzokay_native::decompress_all(src, Some(limit)));
-                match res {
-                    Ok(Ok(v)) => v,
-                    _ => return Err(corrupt("an lzo block does not decompress")),
-                }
-            }
+            Compressor::Lzo => super::lzo::decompress(src, limit)
+                .map_err(|e| corrupt(format!("an lzo block does not decompress: {e}")))?,
         };
         if out.len() > limit {
             return Err(corrupt(format!(

@@ -12,6 +12,7 @@ mod dir;
 mod error;
 mod file;
 mod inode;
+mod lzo;
 mod metadata;
 mod source;
 pub mod superblock;

@@ -43,7 +43,7 @@ PACKAGES=(squashfs-tools-ng squashfs-tools skopeo umoci docker-registry
           apache2-utils busybox-static zstd squashfuse fuse3 jq python3
           curl gzip debootstrap podman buildah runc uidmap catatonit openssl gcc libc6-dev mpich libmpich-dev
           slurm-wlm munge openmpi-bin libopenmpi-dev libpmix-dev
-          shellcheck flake8)
+          shellcheck flake8 golang-go golang-github-sylabs-sif-dev)
 
 die() { echo "setup.sh: ERROR: $*" >&2; exit 1; }
 trap 'echo "setup.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
@@ -315,6 +315,10 @@ rm -f "$TMP_MAN"
 # other ABIs, for the MPI bind-model tests (the host MPI is Debian's MPICH).
 "$HERE/mpi_images.sh" "$REG_ANON" || die "building the MPI test images failed"
 
+# SIF files written by the reference SIF library, and squashfs files as
+# Apptainer and enroot lay them out.
+"$HERE/sif_images.sh" "$FIXTURES/sif" || die "building the SIF fixtures failed"
+
 # A real Slurm cluster on this machine: munged, slurmctld and three slurmd
 # "nodes", all under $BERTH_IT_DIR/slurm (stopped by teardown.sh).
 "$HERE/slurm_cluster.sh" up "$BERTH_IT_DIR/slurm" 3 || die "starting the Slurm test cluster failed"
@@ -362,6 +366,7 @@ BERTH_IT_REG_AUTH_STORAGE=$REG_DIR/auth/storage
 BERTH_IT_REG_TOKEN_STORAGE=$REG_DIR/token/storage
 BERTH_IT_PODMAN_HOME=$PODMAN_HOME
 BERTH_IT_FAKEGPU=$BERTH_IT_DIR/fakegpu
+BERTH_IT_SIF=$FIXTURES/sif
 BERTH_IT_SLURM_CONF=$BERTH_IT_DIR/slurm/slurm.conf
 EOF
 chmod 0644 "$BERTH_IT_DIR/env.tmp"

@@ -53,7 +53,7 @@ pub enum Command {
     Shell(ShellArgs),
     /// Pull an image from a registry into the store; prints its id.
     Pull(PullArgs),
-    /// Import an image from docker-archive:FILE, oci-archive:FILE or oci:DIR[:TAG].
+    /// Import an image from docker-archive:FILE, oci-archive:FILE, oci:DIR[:TAG], sif:FILE or squashfs:FILE.
     Import(ImportArgs),
     /// List images in the store.
     Images(ImagesArgs),
@@ -258,7 +258,8 @@ pub struct RunArgs {
     /// Print what the run would do (command, environment, binds, injected host resources) as JSON, and start nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// Image name, id or registry reference.
+    /// Image name, id or registry reference, or an image file run in place:
+    /// a SIF file or a squashfs file (./app.sif, /scratch/image.sqsh).
     pub image: String,
     /// Command and arguments (default: the image's ENTRYPOINT and CMD).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -304,7 +305,8 @@ pub struct ShellArgs {
     /// Container options.
     #[command(flatten)]
     pub container: ContainerArgs,
-    /// Image name, id or registry reference.
+    /// Image name, id or registry reference, or an image file run in place:
+    /// a SIF file or a squashfs file (./app.sif, /scratch/image.sqsh).
     pub image: String,
 }
 
@@ -330,7 +332,9 @@ pub struct PullArgs {
 /// `berth import`.
 #[derive(Debug, Args)]
 pub struct ImportArgs {
-    /// docker-archive:FILE[:NAME], oci-archive:FILE[:TAG] or oci:DIR[:TAG].
+    /// docker-archive:FILE[:NAME], oci-archive:FILE[:TAG], oci:DIR[:TAG],
+    /// sif:FILE (an Apptainer/Singularity image) or squashfs:FILE (a
+    /// squashfs file such as enroot's .sqsh).
     pub source: String,
     /// Name to give the image (a name without registry lands under localhost/).
     pub name: String,

@@ -6,7 +6,7 @@ pub use berth_config::exit::{Exit, ExitStatus};
 
 /// The exit code and message for an error.
 pub fn describe(e: &anyhow::Error) -> (Exit, String) {
-    let msg = format!("{e:#}");
+    let msg = message(e);
     let known: [Option<&dyn ExitStatus>; 6] = [
         e.downcast_ref::<berth_image::Error>()
             .map(|x| x as &dyn ExitStatus),
@@ -29,9 +29,39 @@ pub fn describe(e: &anyhow::Error) -> (Exit, String) {
     (code, msg)
 }
 
+/// The error and its causes, each said once: an error whose own message
+/// already includes its cause's (`cannot read FILE: No such file`) does
+/// not get it appended again.
+pub fn message(e: &anyhow::Error) -> String {
+    let mut msg = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if msg.is_empty() {
+            msg = text;
+        } else if !msg.contains(&text) {
+            msg.push_str(": ");
+            msg.push_str(&text);
+        }
+    }
+    msg
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn causes_are_said_once() {
+        let io = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let e = anyhow::Error::new(berth_image::Error::Input {
+            path: "./x.sif".into(),
+            source: io,
+        });
+        let (_, msg) = describe(&e);
+        assert_eq!(msg.matches("not found").count(), 1, "{msg}");
+        let e = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(describe(&e).1, "outer: inner");
+    }
 
     /// README.md's table of exit codes lists exactly the codes of
     /// [`Exit`], each once.

@@ -5,6 +5,7 @@
 use std::fs::File;
 
 use berth_config::Config;
+use berth_image::image_file::{self, ImageFile};
 use berth_image::reference::{self, ImageRef};
 use berth_image::store::{Store, StoredImage};
 
@@ -26,6 +27,17 @@ pub struct Found {
 /// Finds `image`; `trust_cache: false` ignores the node's copy of its
 /// record (it named an image file that is gone).
 pub fn find(config: &Config, image: &str, trust_cache: bool) -> Result<Found> {
+    // A SIF or squashfs file: served where it lies, its settings read from
+    // it.
+    if image_file::names_a_file(image) {
+        let f = ImageFile::open(std::path::Path::new(image))?;
+        let img = f.in_place()?;
+        return Ok(Found {
+            image: img,
+            file: Some(f.file),
+            lock: None,
+        });
+    }
     let cached = || {
         if trust_cache {
             node_cache::cached(image, config)

@@ -162,6 +162,7 @@ pub fn prepare(
         image: ImageSpec {
             id: img.record.id.clone(),
             squashfs: img.squashfs_path(),
+            offset: img.record.squashfs.offset,
         },
         process: Process {
             argv,

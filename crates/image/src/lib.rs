@@ -21,6 +21,7 @@ pub mod auth;
 pub mod error;
 pub mod flatten;
 pub mod image_config;
+pub mod image_file;
 pub mod layer;
 pub mod pipeline;
 pub mod platform;

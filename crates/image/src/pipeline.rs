@@ -268,6 +268,7 @@ pub fn convert(
             sha256,
             compressor: opts.squashfs.compressor.clone(),
             block_size: opts.squashfs.block_size,
+            offset: 0,
         },
         dropped_devices: stats.dropped_devices,
     };
@@ -276,7 +277,12 @@ pub fn convert(
     name_image(store, stored, &opts.names)
 }
 
-fn name_image(store: &Store, mut image: StoredImage, names: &[String]) -> Result<StoredImage> {
+/// Points `names` at `image` in `store`.
+pub(crate) fn name_image(
+    store: &Store,
+    mut image: StoredImage,
+    names: &[String],
+) -> Result<StoredImage> {
     for n in names {
         store.set_name(n, &image.record.id)?;
         if !image.names.contains(n) {

@@ -24,13 +24,14 @@ pub fn fuse_options(fd: i32, uid: u32, gid: u32) -> String {
     format!("fd={fd},rootmode=40000,user_id={uid},group_id={gid},allow_other")
 }
 
-/// Mounts the squashfs `image_file` read-only on `target` through FUSE,
-/// for the namespace's `uid`/`gid`, served by `server`; returns the
-/// server's process. Needs `CAP_SYS_ADMIN` in the current user namespace
-/// (the keeper's, or a build worker's).
+/// Mounts the squashfs in `image_file` (starting at byte `offset`)
+/// read-only on `target` through FUSE, for the namespace's `uid`/`gid`,
+/// served by `server`; returns the server's process. Needs
+/// `CAP_SYS_ADMIN` in the current user namespace (the keeper's, or a build
+/// worker's).
 pub fn mount_fuse(
     k: &dyn Kernel,
-    image_file: &File,
+    (image_file, offset): (&File, u64),
     target: &Path,
     (uid, gid): (u32, u32),
     server: SquashfsServer,
@@ -82,13 +83,19 @@ pub fn mount_fuse(
             cmd.arg("__squashfs")
                 .arg(format!("fd:{image_fd}"))
                 .arg(format!("fd:{fuse_fd}"));
+            if offset > 0 {
+                cmd.arg(offset.to_string());
+            }
             (exe, cmd)
         }
         SquashfsServer::SquashfuseLl => {
             let exe = squashfuse_path();
             let mut cmd = Command::new(&exe);
-            cmd.arg("-f")
-                .arg(format!("/dev/fd/{image_fd}"))
+            cmd.arg("-f");
+            if offset > 0 {
+                cmd.arg("-o").arg(format!("offset={offset}"));
+            }
+            cmd.arg(format!("/dev/fd/{image_fd}"))
                 .arg(format!("/dev/fd/{fuse_fd}"));
             (exe, cmd)
         }
@@ -131,12 +138,18 @@ fn squashfuse_path() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("squashfuse_ll"))
 }
 
-/// Real root: the kernel's squashfs driver mounts the open image through a
-/// loop device configured from its descriptor. No path is walked again and
-/// no program is looked up, so neither the caller's cwd (a planted `fd:3`)
-/// nor its `PATH` chooses what is mounted.
-pub fn mount_kernel_squashfs(k: &dyn Kernel, image: &File, target: &Path) -> Result<()> {
-    let (dev, _attached) = sys::loopdev::attach_loop_readonly(image)
+/// Real root: the kernel's squashfs driver mounts the open image (its
+/// squashfs starting at byte `offset`) through a loop device configured
+/// from its descriptor. No path is walked again and no program is looked
+/// up, so neither the caller's cwd (a planted `fd:3`) nor its `PATH`
+/// chooses what is mounted.
+pub fn mount_kernel_squashfs(
+    k: &dyn Kernel,
+    image: &File,
+    offset: u64,
+    target: &Path,
+) -> Result<()> {
+    let (dev, _attached) = sys::loopdev::attach_loop_readonly(image, offset)
         .map_err(|e| Error::Mount(format!("cannot attach the image to a loop device: {e}")))?;
     k.mount(Some(&dev), target, Some("squashfs"), IMAGE_FLAGS, None)
         .map_err(|e| {

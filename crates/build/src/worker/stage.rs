@@ -113,7 +113,7 @@ fn overlay_root(sqfs: &Path, root: &Path) -> std::result::Result<PathBuf, Overla
     })?;
     let server = berth_runtime::image_mount::mount_fuse(
         &LINUX,
-        &image,
+        (&image, 0),
         &lower,
         (0, 0),
         berth_config::SquashfsServer::from_env(),

@@ -130,7 +130,7 @@ fn finish(result: Result<i32>) -> Result<ExitCode> {
     match result {
         Ok(code) => Ok(ExitCode::from(code.clamp(0, 255) as u8)),
         Err(e) => {
-            eprintln!("berth: error: {e:#}");
+            eprintln!("berth: error: {}", crate::exit::message(&e));
             Ok(ExitCode::from(crate::exit::Exit::Berth as u8))
         }
     }

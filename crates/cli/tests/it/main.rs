@@ -10,6 +10,7 @@ mod tree;
 mod host_hooks;
 mod host_inject;
 mod host_mpi;
+mod image_files;
 mod image_import;
 mod image_pull;
 mod image_safety;

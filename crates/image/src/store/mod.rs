@@ -374,6 +374,7 @@ pub(crate) mod tests {
                 sha256: String::new(),
                 compressor: "zstd".into(),
                 block_size: 131072,
+                offset: 0,
             },
             dropped_devices: vec![],
         }

@@ -34,6 +34,14 @@ pub struct SquashfsRecord {
     pub compressor: String,
     /// Block size in bytes.
     pub block_size: u32,
+    /// Where the squashfs starts in the file (a SIF run in place); 0 for
+    /// the store's own files.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub offset: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl SquashfsRecord {

@@ -88,6 +88,14 @@ pub struct ImageSpec {
     pub id: String,
     /// The image's squashfs file.
     pub squashfs: PathBuf,
+    /// Where the squashfs starts in that file (an Apptainer SIF's
+    /// partition; 0 for berth's own image files).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub offset: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Everything needed to start one container.
@@ -198,6 +206,7 @@ pub fn lease<'a>(spec: &'a RunSpec, image_file: Option<&File>) -> Result<Leased<
     let lease = keeper::acquire(&KeeperRequest {
         berth_exe: &spec.berth_exe,
         image: &spec.image.squashfs,
+        image_offset: spec.image.offset,
         image_id: &spec.image.id,
         mode: spec.identity.mode,
         idle: spec.keeper_idle,

@@ -19,6 +19,7 @@ fn spec(template: bool, extra: &[&str]) -> RunSpec {
         image: ImageSpec {
             id: "sha256:ab".into(),
             squashfs: "/s".into(),
+            offset: 0,
         },
         process: Process {
             argv: vec!["true".into()],

@@ -24,6 +24,8 @@ pub struct KeeperRequest<'a> {
     pub berth_exe: &'a Path,
     /// The image's squashfs file.
     pub image: &'a Path,
+    /// Where the squashfs starts in it.
+    pub image_offset: u64,
     /// The image id (the keeper's key).
     pub image_id: &'a str,
     /// The id mapping.
@@ -183,6 +185,7 @@ fn start(req: &KeeperRequest<'_>, dir: &Path) -> Result<i32> {
         .stderr(Stdio::from(log))
         .env_remove("BERTH_TIMING")
         .env(berth_config::SquashfsServer::ENV, req.server.as_str())
+        .env(super::IMAGE_OFFSET_ENV, req.image_offset.to_string())
         .spawn();
     if let Some(f) = req.image_file {
         // Never into the container: close-on-exec again.
@@ -265,6 +268,7 @@ mod tests {
         let req = KeeperRequest {
             berth_exe: Path::new("/nonexistent"),
             image: Path::new("/nonexistent"),
+            image_offset: 0,
             image_id: "sha256:../../etc",
             mode: IdMode::Identity,
             idle: Duration::from_secs(1),

@@ -102,14 +102,18 @@ fn run(k: &dyn Kernel, raw: &[String]) -> Result<()> {
         }
     };
     let image_dir = prepare_mnt(k, &args.dir)?;
+    let offset = std::env::var(super::IMAGE_OFFSET_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     let mut server = match args.mode {
         IdMode::HostRoot => {
-            image_mount::mount_kernel_squashfs(k, &image_file, &image_dir)?;
+            image_mount::mount_kernel_squashfs(k, &image_file, offset, &image_dir)?;
             None
         }
         _ => Some(image_mount::mount_fuse(
             k,
-            &image_file,
+            (&image_file, offset),
             &image_dir,
             (uid, gid),
             berth_config::SquashfsServer::from_env(),

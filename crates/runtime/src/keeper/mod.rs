@@ -31,6 +31,10 @@ pub use daemon::keeper_main;
 /// The decision lock of a keeper's directory.
 const DECIDE_LOCK: &str = "keeper.lock";
 
+/// The keeper's environment variable saying where the squashfs starts in
+/// the image file (set by the client for every keeper it starts).
+const IMAGE_OFFSET_ENV: &str = "BERTH_IMAGE_OFFSET";
+
 /// A live keeper a run is using; dropping it releases the run's share.
 #[derive(Debug)]
 pub struct KeeperLease {

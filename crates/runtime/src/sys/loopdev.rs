@@ -43,6 +43,7 @@ const LO_FLAGS_AUTOCLEAR: u32 = 4;
 /// until the mount holds it. Root only.
 pub fn attach_loop_readonly(
     file: &std::fs::File,
+    offset: u64,
 ) -> io::Result<(std::path::PathBuf, std::fs::File)> {
     use std::os::fd::AsRawFd;
     let control = std::fs::File::options()
@@ -64,6 +65,7 @@ pub fn attach_loop_readonly(
         let mut config: LoopConfig = unsafe { std::mem::zeroed() };
         config.fd = file.as_raw_fd() as u32;
         config.info.flags = LO_FLAGS_READ_ONLY | LO_FLAGS_AUTOCLEAR;
+        config.info.offset = offset;
         // SAFETY: `config` is a valid `struct loop_config` the kernel only
         // reads during the call; both descriptors are open.
         let rc = unsafe {

@@ -14,6 +14,7 @@ mod file;
 mod inode;
 mod lzo;
 mod metadata;
+mod path;
 mod source;
 pub mod superblock;
 mod tables;

@@ -163,6 +163,7 @@ pub fn prepare(
             id: img.record.id.clone(),
             squashfs: img.squashfs_path(),
             offset: img.record.squashfs.offset,
+            verity: img.record.squashfs.verity.clone(),
         },
         process: Process {
             argv,

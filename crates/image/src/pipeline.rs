@@ -241,6 +241,7 @@ pub fn convert(
             return Err(e);
         }
     };
+    let verity = append_verity(&sqfs_path)?;
     let (size, sha256) = hash_file(&sqfs_path)?;
     tracing::debug!("squashfs hashed and synced at {:?}", t0.elapsed());
     let record = ImageRecord {
@@ -269,6 +270,7 @@ pub fn convert(
             compressor: opts.squashfs.compressor.clone(),
             block_size: opts.squashfs.block_size,
             offset: 0,
+            verity: Some(verity),
         },
         dropped_devices: stats.dropped_devices,
     };
@@ -435,6 +437,21 @@ impl Read for ChunkReader {
         self.pos += n;
         Ok(n)
     }
+}
+
+/// Appends the verity table of the squashfs at `path` (its whole content)
+/// to it; returns the table's root.
+fn append_verity(path: &Path) -> Result<String> {
+    let mut f = File::options()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| Error::store("open", path, e))?;
+    let len = f
+        .metadata()
+        .map_err(|e| Error::store("stat", path, e))?
+        .len();
+    berth_squashfs::verity::append(&mut f, len).map_err(|e| Error::store("write", path, e))
 }
 
 fn hash_file(path: &Path) -> Result<(u64, String)> {

@@ -24,14 +24,25 @@ pub fn fuse_options(fd: i32, uid: u32, gid: u32) -> String {
     format!("fd={fd},rootmode=40000,user_id={uid},group_id={gid},allow_other")
 }
 
-/// Mounts the squashfs in `image_file` (starting at byte `offset`)
-/// read-only on `target` through FUSE, for the namespace's `uid`/`gid`,
-/// served by `server`; returns the server's process. Needs
-/// `CAP_SYS_ADMIN` in the current user namespace (the keeper's, or a build
-/// worker's).
+/// The squashfs to serve: the open file, where the squashfs starts in it,
+/// and the root of its verity table when it has one.
+#[derive(Debug, Clone, Copy)]
+pub struct ServedImage<'a> {
+    /// The image file.
+    pub file: &'a File,
+    /// Where the squashfs starts.
+    pub offset: u64,
+    /// The verity table's root: berth's server then checks every read.
+    pub verity: Option<&'a str>,
+}
+
+/// Mounts the squashfs of `image` read-only on `target` through FUSE, for
+/// the namespace's `uid`/`gid`, served by `server`; returns the server's
+/// process. Needs `CAP_SYS_ADMIN` in the current user namespace (the
+/// keeper's, or a build worker's).
 pub fn mount_fuse(
     k: &dyn Kernel,
-    (image_file, offset): (&File, u64),
+    image: ServedImage<'_>,
     target: &Path,
     (uid, gid): (u32, u32),
     server: SquashfsServer,
@@ -62,6 +73,7 @@ pub fn mount_fuse(
         Some(&opts),
     )
     .map_err(|e| Error::sys("mount the image (FUSE) on", Some(target.into()), e))?;
+    let (image_file, offset) = (image.file, image.offset);
     // The server takes the already mounted connection and the image as
     // inherited descriptors.
     for f in [&fuse, image_file] {
@@ -83,8 +95,9 @@ pub fn mount_fuse(
             cmd.arg("__squashfs")
                 .arg(format!("fd:{image_fd}"))
                 .arg(format!("fd:{fuse_fd}"));
-            if offset > 0 {
-                cmd.arg(offset.to_string());
+            cmd.arg(offset.to_string());
+            if let Some(root) = image.verity {
+                cmd.arg("--verity").arg(root);
             }
             (exe, cmd)
         }

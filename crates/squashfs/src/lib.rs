@@ -18,6 +18,7 @@
 pub mod fuse;
 pub mod reader;
 mod serve;
+pub mod verity;
 
 pub use reader::{Error, Image};
 pub use serve::serve_main;

@@ -1,5 +1,7 @@
-//! `berth __squashfs IMAGE_FD FUSE_FD [OFFSET]`: the server process the
-//! keeper starts on a connection it mounted.
+//! `berth __squashfs fd:IMAGE fd:FUSE [OFFSET] [--verity ROOT]`: the
+//! server process the keeper starts on a connection it mounted. With
+//! `--verity`, every read is checked against the image file's verity table
+//! (see [`crate::verity`]).
 
 use std::fs::File;
 
@@ -27,14 +29,24 @@ fn run(args: &[String]) -> Result<(), String> {
     // Started through /proc/self/fd/N: named by that number otherwise.
     let _ = rustix::thread::set_name(c"berth-squashfs");
     no_new_privs();
+    let (args, root) = match args {
+        [a @ .., flag, root] if flag == "--verity" => (a, Some(root.as_str())),
+        _ => (args, None),
+    };
     let (image, conn, offset) = match args {
         [i, c] => (i, c, 0),
         [i, c, o] => (i, c, o.parse().map_err(|_| format!("bad offset {o:?}"))?),
-        _ => return Err("usage: berth __squashfs fd:IMAGE fd:FUSE [OFFSET]".into()),
+        _ => {
+            return Err("usage: berth __squashfs fd:IMAGE fd:FUSE [OFFSET] [--verity ROOT]".into())
+        }
     };
     let image = dev::take_fd(fd_arg(image)?).map_err(|e| format!("the image descriptor: {e}"))?;
     let conn = dev::take_fd(fd_arg(conn)?).map_err(|e| format!("the FUSE descriptor: {e}"))?;
-    let image = Image::open(File::from(image), offset).map_err(|e| e.to_string())?;
+    let image = match root {
+        Some(root) => Image::open_verified(File::from(image), offset, root),
+        None => Image::open(File::from(image), offset),
+    }
+    .map_err(|e| e.to_string())?;
     let threads = std::env::var("BERTH_SQUASHFS_THREADS")
         .ok()
         .and_then(|t| t.parse().ok())

@@ -113,7 +113,11 @@ fn overlay_root(sqfs: &Path, root: &Path) -> std::result::Result<PathBuf, Overla
     })?;
     let server = berth_runtime::image_mount::mount_fuse(
         &LINUX,
-        (&image, 0),
+        berth_runtime::image_mount::ServedImage {
+            file: &image,
+            offset: 0,
+            verity: None,
+        },
         &lower,
         (0, 0),
         berth_config::SquashfsServer::from_env(),

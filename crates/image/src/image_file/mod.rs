@@ -229,6 +229,7 @@ impl ImageFile {
                     compressor: self.compressor.clone(),
                     block_size: self.block_size,
                     offset: self.offset,
+                    verity: None,
                 },
                 dropped_devices: Vec::new(),
             },
@@ -293,7 +294,7 @@ pub fn import(store: &Store, f: &ImageFile, names: &[String]) -> Result<StoredIm
     let run = f.run_config()?;
     let work = store.work_dir()?;
     let sqfs_path = work.path().join("image.sqfs");
-    let (size, digest) = copy_squashfs(f, &sqfs_path)?;
+    let (size, digest, verity) = copy_squashfs(f, &sqfs_path)?;
     // The command line's own form of the path: an import from another
     // directory of the same file gives the same id.
     let source = format!("{}:{}", f.format.transport(), f.path.display());
@@ -322,6 +323,7 @@ pub fn import(store: &Store, f: &ImageFile, names: &[String]) -> Result<StoredIm
             compressor: f.compressor.clone(),
             block_size: f.block_size,
             offset: 0,
+            verity: Some(verity),
         },
         dropped_devices: Vec::new(),
     };
@@ -331,10 +333,12 @@ pub fn import(store: &Store, f: &ImageFile, names: &[String]) -> Result<StoredIm
 }
 
 /// Copies the squashfs bytes of `f` to `dest`, padded to 4 KiB as
-/// mksquashfs pads its files; returns the copy's size and `sha256:` digest.
-fn copy_squashfs(f: &ImageFile, dest: &Path) -> Result<(u64, String)> {
+/// mksquashfs pads its files, with a verity table after them; returns the
+/// copy's size, `sha256:` digest and verity root.
+fn copy_squashfs(f: &ImageFile, dest: &Path) -> Result<(u64, String, String)> {
     let mut out = File::create(dest).map_err(|e| Error::store("create", dest, e))?;
     let mut h = Sha256::new();
+    let mut v = berth_squashfs::verity::Hasher::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut done = 0u64;
     while done < f.size {
@@ -343,6 +347,7 @@ fn copy_squashfs(f: &ImageFile, dest: &Path) -> Result<(u64, String)> {
             .read_exact_at(&mut buf[..n], f.offset + done)
             .map_err(|e| input_err(&f.path, e))?;
         h.update(&buf[..n]);
+        v.update(&buf[..n]);
         out.write_all(&buf[..n])
             .map_err(|e| Error::store("write", dest, e))?;
         done += n as u64;
@@ -351,14 +356,20 @@ fn copy_squashfs(f: &ImageFile, dest: &Path) -> Result<(u64, String)> {
     if pad > 0 {
         let zeros = vec![0u8; pad as usize];
         h.update(&zeros);
+        v.update(&zeros);
         out.write_all(&zeros)
             .map_err(|e| Error::store("write", dest, e))?;
     }
+    let mut table = Vec::new();
+    let root = v
+        .append_to(&mut table)
+        .map_err(|e| Error::store("write", dest, e))?;
+    h.update(&table);
+    out.write_all(&table)
+        .map_err(|e| Error::store("write", dest, e))?;
     out.sync_all().map_err(|e| Error::store("sync", dest, e))?;
-    Ok((
-        f.size + pad,
-        format!("sha256:{}", hex::encode(h.finalize())),
-    ))
+    let size = f.size + pad + table.len() as u64;
+    Ok((size, format!("sha256:{}", hex::encode(h.finalize())), root))
 }
 
 #[cfg(test)]

@@ -375,6 +375,7 @@ pub(crate) mod tests {
                 compressor: "zstd".into(),
                 block_size: 131072,
                 offset: 0,
+                verity: None,
             },
             dropped_devices: vec![],
         }

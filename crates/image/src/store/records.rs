@@ -38,6 +38,11 @@ pub struct SquashfsRecord {
     /// the store's own files.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub offset: u64,
+    /// The digest of the verity table at the file's end (berth's squashfs
+    /// server checks every chunk it reads against it); absent for images
+    /// stored before berth wrote tables, and for files run in place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verity: Option<String>,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -92,6 +92,9 @@ pub struct ImageSpec {
     /// partition; 0 for berth's own image files).
     #[serde(skip_serializing_if = "is_zero")]
     pub offset: u64,
+    /// The root of the file's verity table, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verity: Option<String>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -207,6 +210,7 @@ pub fn lease<'a>(spec: &'a RunSpec, image_file: Option<&File>) -> Result<Leased<
         berth_exe: &spec.berth_exe,
         image: &spec.image.squashfs,
         image_offset: spec.image.offset,
+        image_verity: spec.image.verity.as_deref(),
         image_id: &spec.image.id,
         mode: spec.identity.mode,
         idle: spec.keeper_idle,

@@ -20,6 +20,7 @@ fn spec(template: bool, extra: &[&str]) -> RunSpec {
             id: "sha256:ab".into(),
             squashfs: "/s".into(),
             offset: 0,
+            verity: None,
         },
         process: Process {
             argv: vec!["true".into()],

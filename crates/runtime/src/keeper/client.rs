@@ -26,6 +26,8 @@ pub struct KeeperRequest<'a> {
     pub image: &'a Path,
     /// Where the squashfs starts in it.
     pub image_offset: u64,
+    /// The root of its verity table, when it has one.
+    pub image_verity: Option<&'a str>,
     /// The image id (the keeper's key).
     pub image_id: &'a str,
     /// The id mapping.
@@ -186,6 +188,7 @@ fn start(req: &KeeperRequest<'_>, dir: &Path) -> Result<i32> {
         .env_remove("BERTH_TIMING")
         .env(berth_config::SquashfsServer::ENV, req.server.as_str())
         .env(super::IMAGE_OFFSET_ENV, req.image_offset.to_string())
+        .env(super::IMAGE_VERITY_ENV, req.image_verity.unwrap_or(""))
         .spawn();
     if let Some(f) = req.image_file {
         // Never into the container: close-on-exec again.
@@ -269,6 +272,7 @@ mod tests {
             berth_exe: Path::new("/nonexistent"),
             image: Path::new("/nonexistent"),
             image_offset: 0,
+            image_verity: None,
             image_id: "sha256:../../etc",
             mode: IdMode::Identity,
             idle: Duration::from_secs(1),

@@ -106,6 +106,9 @@ fn run(k: &dyn Kernel, raw: &[String]) -> Result<()> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
+    let verity = std::env::var(super::IMAGE_VERITY_ENV).ok().filter(|v| {
+        !v.is_empty() && std::env::var_os("BERTH_SQUASHFS_VERIFY").is_none_or(|x| x != "0")
+    });
     let mut server = match args.mode {
         IdMode::HostRoot => {
             image_mount::mount_kernel_squashfs(k, &image_file, offset, &image_dir)?;
@@ -113,7 +116,11 @@ fn run(k: &dyn Kernel, raw: &[String]) -> Result<()> {
         }
         _ => Some(image_mount::mount_fuse(
             k,
-            (&image_file, offset),
+            image_mount::ServedImage {
+                file: &image_file,
+                offset,
+                verity: verity.as_deref(),
+            },
             &image_dir,
             (uid, gid),
             berth_config::SquashfsServer::from_env(),

@@ -35,6 +35,10 @@ const DECIDE_LOCK: &str = "keeper.lock";
 /// the image file (set by the client for every keeper it starts).
 const IMAGE_OFFSET_ENV: &str = "BERTH_IMAGE_OFFSET";
 
+/// The keeper's environment variable holding the root of the image file's
+/// verity table (empty: the file has none).
+const IMAGE_VERITY_ENV: &str = "BERTH_IMAGE_VERITY";
+
 /// A live keeper a run is using; dropping it releases the run's share.
 #[derive(Debug)]
 pub struct KeeperLease {

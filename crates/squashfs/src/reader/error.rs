@@ -15,6 +15,9 @@ pub enum Error {
     /// The image contradicts itself or points outside itself.
     #[error("corrupt squashfs image: {0}")]
     Corrupt(String),
+    /// The image file does not match its verity table, or has none.
+    #[error("verified read failed: {0}")]
+    Verity(String),
 }
 
 impl Error {

@@ -76,9 +76,18 @@ impl Image {
         Self::open_with(file, offset, Budgets::default())
     }
 
+    /// [`Image::open`], every read checked against the verity table at
+    /// the file's end, whose digest is `root` (see [`crate::verity`]).
+    pub fn open_verified(file: File, offset: u64, root: &str) -> Result<Self> {
+        Self::from_source(Source::verified(file, offset, root)?, Budgets::default())
+    }
+
     /// [`Image::open`] with cache budgets of the caller's choosing.
     pub fn open_with(file: File, offset: u64, budgets: Budgets) -> Result<Self> {
-        let src = Source::new(file, offset)?;
+        Self::from_source(Source::new(file, offset)?, budgets)
+    }
+
+    fn from_source(src: Source, budgets: Budgets) -> Result<Self> {
         let mut b = [0u8; superblock::SIZE];
         if src.size() < b.len() as u64 {
             return Err(Error::NotSquashfs("shorter than a superblock".into()));

@@ -66,6 +66,7 @@ DROP_CACHES=0
 HOST_FIXES=1
 SMOKE=0
 SQUASHFS_SERVER=berth
+NO_VERIFY=0
 
 usage() {
     cat <<EOF
@@ -88,12 +89,15 @@ usage: $0 [options]    (run as root)
   --results DIR        where JSON and CSV go (default bench/results)
   --no-host-fixes      do not chmod /dev/fuse 0666
   --squashfs-server S  berth's image server: berth (default) or squashfuse_ll
+  --no-verify          berth's server without verified reads
+                       (BERTH_SQUASHFS_VERIFY=0), to measure their cost
 EOF
 }
 
 bench_options --runs=RUNS --smoke:SMOKE=1 --files=FILES --file-mib=FILE_MIB \
     --methods=METHODS --workloads=WORKLOADS --drop-caches:DROP_CACHES=1 \
-    --no-host-fixes:HOST_FIXES=0 --squashfs-server=SQUASHFS_SERVER common -- "$@"
+    --no-host-fixes:HOST_FIXES=0 --squashfs-server=SQUASHFS_SERVER \
+    --no-verify:NO_VERIFY=1 common -- "$@"
 if ((SMOKE)); then RUNS=1; FILES=4; FILE_MIB=16; fi
 bench_int --runs "$RUNS"
 bench_int --files "$FILES"
@@ -139,7 +143,10 @@ base_image "$IMAGE_PATH"
 
 # user CMD...: as the user, from /, with this benchmark's store and runtime
 # directory.
-user() { (cd / && as_user env XDG_RUNTIME_DIR="$RT" BERTH_STORE="$STORE" "$@"); }
+user() {
+    (cd / && as_user env XDG_RUNTIME_DIR="$RT" BERTH_STORE="$STORE" \
+        BERTH_SQUASHFS_VERIFY=$((1 - NO_VERIFY)) "$@")
+}
 
 # ---------------------------------------------------------------------------
 # The data files and the image: the Debian image plus one layer holding
@@ -356,12 +363,14 @@ jq -n \
     --arg berth_version "$(version_of "$BERTH" --version)" \
     --arg berth_sha256 "$(sha256sum "$BERTH" | cut -d' ' -f1)" --arg git "$(git_describe)" \
     --arg server "$SQUASHFS_SERVER" \
+    --argjson verify "$((1 - NO_VERIFY))" \
     --arg squashfuse "$(dpkg-query -W -f='${Version}' squashfuse 2>/dev/null || echo unknown)" \
     --arg coreutils "$(dpkg-query -W -f='${Version}' coreutils 2>/dev/null || echo unknown)" \
     '{benchmark: "file-access", time_utc: $stamp, runs: $runs, smoke: ($smoke == 1),
       methods: ($methods | split(" ") | map(select(. != ""))), workloads: ($workloads | split(" ")),
       unavailable: $why, user: $user, argv: $argv, workload_script: $workload_script,
-      how: {berth: "berth run IMAGE sh -c SCRIPT (keeper: \($server), then the container overlay)",
+      verified_reads: ($verify == 1),
+      how: {berth: "berth run IMAGE sh -c SCRIPT (keeper: \($server)\(if $verify == 1 then "" else ", verified reads off" end), then the container overlay)",
             kernel: "mount -t squashfs -o loop,ro,nosuid,nodev IMAGE_FILE (as root); SCRIPT run natively as the user",
             host: "SCRIPT run natively as the user on the unpacked files"},
       cold: (if $drop_caches == 1 then "fresh mount, page cache dropped (sync; echo 3 > /proc/sys/vm/drop_caches)"

@@ -14,7 +14,7 @@
 # users write it: each srun asks the registry for the tag's digest.
 # Target: shared mode at most 1.5 x native srun.
 #
-#   sudo bench/slurm.sh [--runs N] [--smoke]
+#   sudo bench/slurm.sh [--runs N] [--smoke] [--squashfs-server berth|squashfuse_ll]
 #
 # Results: bench/results/slurm-<UTC>.json, a markdown table on stdout.
 set -Eeuo pipefail
@@ -27,8 +27,9 @@ source "$HERE/lib/common.sh"
 bench_defaults   # WORK BENCH_USER REGISTRY BIN_DIR ...
 RUNS=10
 SMOKE=0
+SQUASHFS_SERVER=berth
 usage() { sed -n 2,19p "$HERE/slurm.sh"; }
-bench_options --runs=RUNS --smoke:SMOKE=1 -- "$@"
+bench_options --runs=RUNS --smoke:SMOKE=1 --squashfs-server=SQUASHFS_SERVER -- "$@"
 if ((SMOKE)); then RUNS=1; fi
 bench_int --runs "$RUNS"
 bench_start "it starts a Slurm cluster and switches to $BENCH_USER"
@@ -54,7 +55,8 @@ BERTH_SPANK_PLUGIN=$BIN_DIR/libberth_spank.so BERTH_SPANK_BERTH=$W/bin/berth \
     bash "$REPO_ROOT/tests/setup/slurm_cluster.sh" up "$CLUSTER" 3 > "$W/logs/cluster.log" 2>&1 \
     || { tail -5 "$W/logs/cluster.log" >&2; die "the Slurm cluster did not start"; }
 export SLURM_CONF=$CLUSTER/slurm.conf
-echo "insecure_registries = [\"$REGISTRY\"]" > "$W/site/berth.toml"
+printf 'insecure_registries = ["%s"]\n[runtime]\nsquashfs_server = "%s"\n' \
+    "$REGISTRY" "$SQUASHFS_SERVER" > "$W/site/berth.toml"
 BERTH_SITE_CONF=$W/site/berth.toml
 STORE=$W/store
 install -d -m 0755 -o "$BUID" -g "$BGID" "$STORE" "$W/run"
@@ -111,8 +113,10 @@ jq -n --arg stamp "$STAMP" --argjson smoke "$SMOKE" --argjson runs "$RUNS" \
     --arg load_before "$LOAD_BEFORE" --arg berth_version "$("$W/bin/berth" --version | head -1)" \
     --arg git "$(git_describe)" --arg slurm "$(slurmd -V 2>/dev/null | head -1)" \
     --arg mpich "$(mpichversion 2>/dev/null | sed -n 's/MPICH Version:[[:space:]]*//p' | head -1)" \
+    --arg server "$SQUASHFS_SERVER" \
     '{time_utc: $stamp, smoke: ($smoke == 1), runs: $runs, loadavg_before: $load_before,
-      berth: {version: $berth_version, git: $git}, versions: {slurm: $slurm, mpich: $mpich}}' \
+      berth: {version: $berth_version, git: $git, squashfs_server: $server},
+      versions: {slurm: $slurm, mpich: $mpich}}' \
     > "$W/logs/meta.json"
 python3 "$HERE/lib/slurm-report.py" "$TSV" "$W/logs/meta.json" "$OUT"
 log "results: $OUT"

@@ -38,6 +38,12 @@ pub fn find(config: &Config, image: &str, trust_cache: bool) -> Result<Found> {
             lock: None,
         });
     }
+    // enroot's REGISTRY#IMAGE and docker://REF, as Docker's grammar.
+    let image: &str =
+        &reference::canonical(image).map_err(|reason| berth_image::Error::Reference {
+            reference: image.to_string(),
+            reason,
+        })?;
     let cached = || {
         if trust_cache {
             node_cache::cached(image, config)

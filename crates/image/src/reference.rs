@@ -1,7 +1,10 @@
 //! Image references (`[registry[:port]/]repository[:tag][@digest]`), following
 //! the Docker grammar: a bare name means `docker.io/library/NAME:latest`; the
 //! first component is a registry when it has a `.` or a `:` or is `localhost`.
+//! The forms enroot and Pyxis users write are taken too (see [`canonical`]):
+//! `[USER@][REGISTRY#]IMAGE[:TAG|@DIGEST]` and `docker://REF`.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use oci_spec::distribution::Reference;
@@ -21,6 +24,7 @@ impl ImageRef {
             reference: text.to_string(),
             reason,
         };
+        let text: &str = &canonical(text).map_err(invalid)?;
         if text.trim() != text || text.is_empty() {
             return Err(invalid("empty, or surrounded by white space".to_string()));
         }
@@ -106,6 +110,26 @@ impl ImageRef {
     }
 }
 
+/// `text` in Docker's grammar: enroot's `[USER@][REGISTRY#]IMAGE` becomes
+/// `REGISTRY/IMAGE` (`nvcr.io#nvidia/pytorch:24.01-py3` is
+/// `nvcr.io/nvidia/pytorch:24.01-py3`; `USER@` is dropped: credentials come
+/// from `berth login`), and a `docker://` prefix is taken off. Anything else
+/// is returned as it is.
+pub fn canonical(text: &str) -> std::result::Result<Cow<'_, str>, String> {
+    let text = text.strip_prefix("docker://").unwrap_or(text);
+    let Some((left, image)) = text.split_once('#') else {
+        return Ok(Cow::Borrowed(text));
+    };
+    // The user part ends at the last '@' before the '#'.
+    let registry = left.rsplit_once('@').map_or(left, |(_, r)| r);
+    if registry.is_empty() || image.is_empty() || image.contains('#') {
+        return Err(format!(
+            "enroot's form is [USER@][REGISTRY#]IMAGE[:TAG], as in nvcr.io#nvidia/pytorch:24.01-py3; {text:?} is not"
+        ));
+    }
+    Ok(Cow::Owned(format!("{registry}/{image}")))
+}
+
 /// Whether a reference's first component names a registry (Docker's rule:
 /// it holds a `.` or a `:` or is `localhost`, and more components follow).
 pub fn names_registry(text: &str) -> bool {
@@ -125,6 +149,31 @@ mod tests {
 
     fn name(s: &str) -> String {
         ImageRef::parse(s).unwrap().store_name()
+    }
+
+    #[test]
+    fn enroot_and_docker_uri_forms() {
+        assert_eq!(
+            name("nvcr.io#nvidia/pytorch:24.01-py3"),
+            "nvcr.io/nvidia/pytorch:24.01-py3"
+        );
+        assert_eq!(
+            name("alice@gitlab.example.com:5005#grp/app"),
+            "gitlab.example.com:5005/grp/app:latest"
+        );
+        assert_eq!(
+            name("docker://ubuntu:24.04"),
+            "docker.io/library/ubuntu:24.04"
+        );
+        assert_eq!(
+            name("docker://nvcr.io#nvidia/cuda"),
+            "nvcr.io/nvidia/cuda:latest"
+        );
+        for bad in ["#x", "reg#", "a#b#c", "u@#x"] {
+            let e = ImageRef::parse(bad).unwrap_err().to_string();
+            assert!(e.contains("enroot's form"), "{bad}: {e}");
+        }
+        assert_eq!(canonical("ubuntu").unwrap(), "ubuntu");
     }
 
     #[test]

@@ -176,7 +176,7 @@ fn mount(m: &str) -> Result<String, String> {
 /// The options registered with Slurm: (name, value's name or `None` for a
 /// flag, usage).
 pub const OPTIONS: &[(&str, Option<&str>, &str)] = &[
-    ("container-image", Some("IMAGE"), "[berth] run the tasks in a container of IMAGE (a registry reference, or a name or id in the berth store)"),
+    ("container-image", Some("IMAGE"), "[berth] run the tasks in a container of IMAGE (a registry reference, enroot's REGISTRY#IMAGE, a name or id in the berth store, or a SIF or squashfs file: ./image.sqsh)"),
     ("container-mounts", Some("SRC[:DST[:ro|rw]],..."), "[berth] bind host paths into the container"),
     ("container-workdir", Some("DIR"), "[berth] working directory inside the container"),
     ("container-name", Some("NAME"), "[berth] a named container: later steps of the job on the node join it (it stays until the job ends)"),
@@ -312,10 +312,21 @@ pub fn settings_to_restore(get: impl Fn(&str) -> Option<String>) -> Vec<(String,
 
 /// Whether an image reference names a registry (it is pulled for the job,
 /// so the tag's current digest is used) rather than an image already in
-/// the store: the same rule as `berth run`'s.
+/// the store: the same rule as `berth run`'s, and enroot's
+/// `REGISTRY#IMAGE` and `docker://REF` (berth reads both).
 pub fn names_registry(image: &str) -> bool {
     let first = image.split('/').next().unwrap_or_default();
-    image.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost")
+    image.contains('#')
+        || image.starts_with("docker://")
+        || image.contains('/')
+            && (first.contains('.') || first.contains(':') || first == "localhost")
+}
+
+/// Whether the image names a SIF or squashfs file rather than a reference:
+/// it starts with `/` or `.` (Pyxis's rule: `./pytorch.sqsh`,
+/// `/scratch/app.sif`). berth serves such a file in place.
+pub fn names_a_file(image: &str) -> bool {
+    image.starts_with('/') || image.starts_with('.')
 }
 
 #[cfg(test)]
@@ -460,5 +471,9 @@ mod tests {
         assert!(names_registry("docker.io/library/debian"));
         assert!(!names_registry("debian:12"));
         assert!(!names_registry("sha256:abcd"));
+        assert!(names_registry("nvcr.io#nvidia/pytorch:24.01-py3"));
+        assert!(names_registry("docker://ubuntu:24.04"));
+        assert!(names_a_file("./pytorch.sqsh") && names_a_file("/scratch/a.sif"));
+        assert!(!names_a_file("ubuntu:24.04"));
     }
 }

@@ -96,6 +96,21 @@ impl BerthPlugin {
     /// Resolves the image, in srun, sbatch or salloc: a registry reference
     /// is pulled (its tag's digest now), a stored name is looked up.
     fn resolve(&self, image: &str) -> Result<String, Box<dyn Error>> {
+        // A SIF or squashfs file: its absolute path (the tasks run in the
+        // same file, on a filesystem the nodes share).
+        if options::names_a_file(image) {
+            let path = std::fs::canonicalize(image)
+                .map_err(|e| fail(format!("berth: container image file {image}: {e}")))?;
+            if !path.is_file() {
+                return Err(fail(format!(
+                    "berth: container image {image} is not a file (a SIF or squashfs file is expected)"
+                )));
+            }
+            return path
+                .to_str()
+                .map(str::to_string)
+                .ok_or_else(|| fail(format!("berth: container image path {image} is not UTF-8")));
+        }
         let (args, what): (Vec<&str>, &str) = if options::names_registry(image) {
             (vec!["pull", "-q", image], "pull")
         } else {

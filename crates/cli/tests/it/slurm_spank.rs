@@ -451,3 +451,70 @@ fn the_job_epilog_cannot_be_hung_or_steered_to_kill() {
         "the job's named container was not removed"
     );
 }
+
+/// The image forms Pyxis users write: a SIF or squashfs file by path
+/// (served in place on every node the step runs on) and enroot's
+/// `REGISTRY#IMAGE`; a missing file fails the step before any task.
+#[test]
+#[cfg_attr(
+    not(berth_it_slurm),
+    ignore = "needs root, the test fixtures and berth's SPANK plugin: sudo bash tests/setup/setup.sh, then sudo bash tests/setup/slurm_plugin.sh target/debug"
+)]
+fn spank_takes_image_files_and_enroot_references() {
+    let sb = sandbox();
+    let from = std::path::PathBuf::from(sb.env.var("BERTH_IT_SIF"));
+    for name in ["app.sif", "enroot.sqsh"] {
+        let to = sb.dir.path().join(name);
+        fs::copy(from.join(name), &to).unwrap();
+        sb.chown_to_user(&to);
+    }
+    let out = slurm(
+        &sb,
+        "/usr/bin/srun",
+        &[
+            "-N2",
+            "-n2",
+            "--container-image=./app.sif",
+            "cat",
+            "/etc/sif-marker",
+        ],
+    )
+    .ok();
+    assert_eq!(out.stdout(), "made by sif_images.sh\n".repeat(2));
+    let out = slurm(
+        &sb,
+        "/usr/bin/srun",
+        &[
+            "-N1",
+            "--container-image=./enroot.sqsh",
+            "sh",
+            "-c",
+            "echo $IMAGE_VAR",
+        ],
+    )
+    .ok();
+    assert_eq!(out.stdout(), "from-etc-environment\n");
+    let out = slurm(
+        &sb,
+        "/usr/bin/srun",
+        &["-N1", "--container-image=./missing.sqsh", "true"],
+    );
+    assert_ne!(out.code(), 0);
+    assert!(out.stderr().contains("missing.sqsh"), "{}", out.stderr());
+    assert!(!out.stderr().contains("task 0"), "{}", out.stderr());
+    // enroot's form, in the plugin and on the command line.
+    let enroot = format!("{}#berth-test/debian-python:latest", sb.env.anon());
+    let out = slurm(
+        &sb,
+        "/usr/bin/srun",
+        &[
+            "-N1",
+            &format!("--container-image={enroot}"),
+            "cat",
+            "/etc/debian_version",
+        ],
+    )
+    .ok();
+    assert!(out.stdout().starts_with("12"), "{}", out.stdout());
+    sb.run(&["run", &format!("docker://{enroot}"), "true"]).ok();
+}

@@ -112,18 +112,13 @@ struct TarIndex {
     members: HashMap<String, (u64, u64)>,
 }
 
-fn input_err(path: &Path, e: io::Error) -> Error {
-    Error::Input {
-        path: path.to_path_buf(),
-        source: e,
-    }
-}
-
 impl TarIndex {
     fn open(path: &Path) -> Result<Self> {
-        let file = File::open(path).map_err(|e| input_err(path, e))?;
+        let file = File::open(path).map_err(|e| Error::input(path, e))?;
         let mut head = [0u8; 4];
-        let n = file.read_at(&mut head, 0).map_err(|e| input_err(path, e))?;
+        let n = file
+            .read_at(&mut head, 0)
+            .map_err(|e| Error::input(path, e))?;
         if n >= 2 && head[..2] == [0x1f, 0x8b] || n == 4 && head == [0x28, 0xb5, 0x2f, 0xfd] {
             return Err(Error::Source {
                 source_spec: path.display().to_string(),
@@ -183,7 +178,7 @@ impl TarIndex {
         let mut out = Vec::new();
         self.member(name)?
             .read_to_end(&mut out)
-            .map_err(|e| input_err(&self.path, e))?;
+            .map_err(|e| Error::input(&self.path, e))?;
         Ok(out)
     }
 }
@@ -233,7 +228,7 @@ impl Blobs {
         match self {
             Blobs::Dir(dir) => {
                 let p = dir.join(name);
-                std::fs::read(&p).map_err(|e| input_err(&p, e))
+                std::fs::read(&p).map_err(|e| Error::input(&p, e))
             }
             Blobs::Tar(t) => t.read_member(name, SMALL),
         }
@@ -250,7 +245,7 @@ impl Blobs {
         let raw: Box<dyn Read + Send> = match self {
             Blobs::Dir(dir) => {
                 let p = dir.join(&name);
-                Box::new(File::open(&p).map_err(|e| input_err(&p, e))?)
+                Box::new(File::open(&p).map_err(|e| Error::input(&p, e))?)
             }
             Blobs::Tar(t) => Box::new(t.member(&name)?),
         };

@@ -189,6 +189,14 @@ impl Error {
         }
     }
 
+    /// A file given by the user could not be read.
+    pub fn input(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Input {
+            path: path.into(),
+            source,
+        }
+    }
+
     /// A store error with a hint chosen from the OS error.
     pub fn store(what: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         let hint = match source.raw_os_error() {

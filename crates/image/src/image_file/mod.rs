@@ -75,13 +75,6 @@ pub struct ImageFile {
     pub block_size: u32,
 }
 
-fn input_err(path: &Path, e: std::io::Error) -> Error {
-    Error::Input {
-        path: path.to_path_buf(),
-        source: e,
-    }
-}
-
 impl ImageFile {
     /// Opens `path`, a SIF or squashfs file (told apart by their magic).
     pub fn open(path: &Path) -> Result<Self> {
@@ -91,15 +84,17 @@ impl ImageFile {
     /// Opens `path` as `format` (or whichever its magic says); an error
     /// says what the file is instead and what to do.
     pub fn open_as(path: &Path, format: Option<Format>) -> Result<Self> {
-        let abs = std::path::absolute(path).map_err(|e| input_err(path, e))?;
-        let file = File::open(&abs).map_err(|e| input_err(path, e))?;
-        let meta = file.metadata().map_err(|e| input_err(path, e))?;
+        let abs = std::path::absolute(path).map_err(|e| Error::input(path, e))?;
+        let file = File::open(&abs).map_err(|e| Error::input(path, e))?;
+        let meta = file.metadata().map_err(|e| Error::input(path, e))?;
         if !meta.is_file() {
             return Err(bad_file(path, "is not a regular file"));
         }
         let len = meta.len();
         let mut head = [0u8; 64];
-        let n = file.read_at(&mut head, 0).map_err(|e| input_err(path, e))?;
+        let n = file
+            .read_at(&mut head, 0)
+            .map_err(|e| Error::input(path, e))?;
         let head = &head[..n];
         let found = if sif::is_sif(head) {
             Some(Format::Sif)
@@ -140,9 +135,11 @@ impl ImageFile {
                 (p.offset, p.size)
             }
         };
-        let image =
-            berth_squashfs::Image::open(file.try_clone().map_err(|e| input_err(path, e))?, offset)
-                .map_err(|e| bad_file(path, &format!("its squashfs cannot be read: {e}")))?;
+        let image = berth_squashfs::Image::open(
+            file.try_clone().map_err(|e| Error::input(path, e))?,
+            offset,
+        )
+        .map_err(|e| bad_file(path, &format!("its squashfs cannot be read: {e}")))?;
         let sb = image.superblock();
         if sb.bytes_used > room {
             return Err(bad_file(
@@ -169,7 +166,7 @@ impl ImageFile {
         let file = self
             .file
             .try_clone()
-            .map_err(|e| input_err(&self.path, e))?;
+            .map_err(|e| Error::input(&self.path, e))?;
         let image = berth_squashfs::Image::open(file, self.offset)
             .map_err(|e| bad_file(&self.path, &format!("its squashfs cannot be read: {e}")))?;
         settings::run_config(&image)
@@ -185,7 +182,10 @@ impl ImageFile {
     /// file as it is now (device, inode, size, modification time, offset),
     /// so a changed or replaced file gets a keeper of its own.
     pub fn in_place(&self) -> Result<StoredImage> {
-        let meta = self.file.metadata().map_err(|e| input_err(&self.path, e))?;
+        let meta = self
+            .file
+            .metadata()
+            .map_err(|e| Error::input(&self.path, e))?;
         let mut h = Sha256::new();
         h.update(b"berth image file\0");
         h.update(self.path.as_os_str().as_encoded_bytes());
@@ -345,7 +345,7 @@ fn copy_squashfs(f: &ImageFile, dest: &Path) -> Result<(u64, String, String)> {
         let n = buf.len().min((f.size - done) as usize);
         f.file
             .read_exact_at(&mut buf[..n], f.offset + done)
-            .map_err(|e| input_err(&f.path, e))?;
+            .map_err(|e| Error::input(&f.path, e))?;
         h.update(&buf[..n]);
         v.update(&buf[..n]);
         out.write_all(&buf[..n])

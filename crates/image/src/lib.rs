@@ -28,6 +28,7 @@ pub mod platform;
 pub mod pull;
 pub mod reference;
 pub mod registry;
+mod seal;
 pub mod squash;
 pub mod store;
 pub mod whiteout;

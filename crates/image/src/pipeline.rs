@@ -6,14 +6,12 @@
 //! compresses with its own workers. Layers stream in one pass each, from the
 //! top down (see [`crate::flatten`]).
 
-use std::fs::File;
 use std::io::{self, Read, Write};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use berth_config::SquashfsSettings;
 use oci_spec::image::{ImageConfiguration, ImageManifest};
-use sha2::{Digest as _, Sha256};
 
 use crate::error::{Error, Result};
 use crate::flatten::Flattener;
@@ -241,8 +239,7 @@ pub fn convert(
             return Err(e);
         }
     };
-    let verity = append_verity(&sqfs_path)?;
-    let (size, sha256) = hash_file(&sqfs_path)?;
+    let sealed = crate::seal::seal_file(&sqfs_path)?;
     tracing::debug!("squashfs hashed and synced at {:?}", t0.elapsed());
     let record = ImageRecord {
         version: 1,
@@ -265,12 +262,12 @@ pub fn convert(
             .collect(),
         squashfs: SquashfsRecord {
             file: "image.sqfs".to_string(),
-            size,
-            sha256,
+            size: sealed.size,
+            sha256: sealed.sha256,
             compressor: opts.squashfs.compressor.clone(),
             block_size: opts.squashfs.block_size,
             offset: 0,
-            verity: Some(verity),
+            verity: Some(sealed.verity),
         },
         dropped_devices: stats.dropped_devices,
     };
@@ -437,38 +434,4 @@ impl Read for ChunkReader {
         self.pos += n;
         Ok(n)
     }
-}
-
-/// Appends the verity table of the squashfs at `path` (its whole content)
-/// to it; returns the table's root.
-fn append_verity(path: &Path) -> Result<String> {
-    let mut f = File::options()
-        .read(true)
-        .write(true)
-        .open(path)
-        .map_err(|e| Error::store("open", path, e))?;
-    let len = f
-        .metadata()
-        .map_err(|e| Error::store("stat", path, e))?
-        .len();
-    berth_squashfs::verity::append(&mut f, len).map_err(|e| Error::store("write", path, e))
-}
-
-fn hash_file(path: &Path) -> Result<(u64, String)> {
-    let mut f = File::open(path).map_err(|e| Error::store("read", path, e))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut size = 0u64;
-    loop {
-        let n = f
-            .read(&mut buf)
-            .map_err(|e| Error::store("read", path, e))?;
-        if n == 0 {
-            break;
-        }
-        size += n as u64;
-        hasher.update(&buf[..n]);
-    }
-    f.sync_all().map_err(|e| Error::store("sync", path, e))?;
-    Ok((size, format!("sha256:{}", hex::encode(hasher.finalize()))))
 }

@@ -117,25 +117,6 @@ impl Hasher {
     }
 }
 
-/// Appends the table of the `data_len` bytes at the start of `file` (its
-/// whole content now) to it; returns the root.
-pub fn append(file: &mut File, data_len: u64) -> io::Result<String> {
-    let mut h = Hasher::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut pos = 0;
-    while pos < data_len {
-        let n = buf.len().min((data_len - pos) as usize);
-        file.read_exact_at(&mut buf[..n], pos)?;
-        h.update(&buf[..n]);
-        pos += n as u64;
-    }
-    let mut out = std::io::BufWriter::new(&mut *file);
-    std::io::Seek::seek(&mut out, io::SeekFrom::Start(data_len))?;
-    let root = h.append_to(&mut out)?;
-    out.flush()?;
-    Ok(root)
-}
-
 /// Why a table is refused.
 #[derive(Debug, thiserror::Error)]
 pub enum VerityError {
@@ -230,7 +211,9 @@ mod tests {
     fn file_with(data: &[u8]) -> (File, String) {
         let mut f = tempfile::tempfile().unwrap();
         f.write_all(data).unwrap();
-        let root = append(&mut f, data.len() as u64).unwrap();
+        let mut h = Hasher::new();
+        h.update(data);
+        let root = h.append_to(&mut f).unwrap();
         (f, root)
     }
 

@@ -22,6 +22,7 @@ use sha2::{Digest, Sha256};
 use crate::error::{Error, Result};
 use crate::image_config::RunConfig;
 use crate::pipeline::name_image;
+use crate::seal::{Sealed, Sealer};
 use crate::store::{timestamp, ImageRecord, SquashfsRecord, Store, StoredImage};
 
 /// What kind of image file.
@@ -294,11 +295,11 @@ pub fn import(store: &Store, f: &ImageFile, names: &[String]) -> Result<StoredIm
     let run = f.run_config()?;
     let work = store.work_dir()?;
     let sqfs_path = work.path().join("image.sqfs");
-    let (size, digest, verity) = copy_squashfs(f, &sqfs_path)?;
+    let sealed = copy_squashfs(f, &sqfs_path)?;
     // The command line's own form of the path: an import from another
     // directory of the same file gives the same id.
     let source = format!("{}:{}", f.format.transport(), f.path.display());
-    let config = synthetic_config(&run, &digest, &source);
+    let config = synthetic_config(&run, &sealed.sha256, &source);
     let id = crate::layer::sha256_digest(&config);
     let _lock = store.lock_image(&id)?;
     if let Ok(existing) = store.find(&id) {
@@ -318,12 +319,12 @@ pub fn import(store: &Store, f: &ImageFile, names: &[String]) -> Result<StoredIm
         layers: Vec::new(),
         squashfs: SquashfsRecord {
             file: "image.sqfs".into(),
-            size,
-            sha256: digest.clone(),
+            size: sealed.size,
+            sha256: sealed.sha256,
             compressor: f.compressor.clone(),
             block_size: f.block_size,
             offset: 0,
-            verity: Some(verity),
+            verity: Some(sealed.verity),
         },
         dropped_devices: Vec::new(),
     };
@@ -333,12 +334,10 @@ pub fn import(store: &Store, f: &ImageFile, names: &[String]) -> Result<StoredIm
 }
 
 /// Copies the squashfs bytes of `f` to `dest`, padded to 4 KiB as
-/// mksquashfs pads its files, with a verity table after them; returns the
-/// copy's size, `sha256:` digest and verity root.
-fn copy_squashfs(f: &ImageFile, dest: &Path) -> Result<(u64, String, String)> {
+/// mksquashfs pads its files, and seals the copy as it is written.
+fn copy_squashfs(f: &ImageFile, dest: &Path) -> Result<Sealed> {
     let mut out = File::create(dest).map_err(|e| Error::store("create", dest, e))?;
-    let mut h = Sha256::new();
-    let mut v = berth_squashfs::verity::Hasher::new();
+    let mut sealer = Sealer::default();
     let mut buf = vec![0u8; 1 << 20];
     let mut done = 0u64;
     while done < f.size {
@@ -346,30 +345,20 @@ fn copy_squashfs(f: &ImageFile, dest: &Path) -> Result<(u64, String, String)> {
         f.file
             .read_exact_at(&mut buf[..n], f.offset + done)
             .map_err(|e| Error::input(&f.path, e))?;
-        h.update(&buf[..n]);
-        v.update(&buf[..n]);
+        sealer.update(&buf[..n]);
         out.write_all(&buf[..n])
             .map_err(|e| Error::store("write", dest, e))?;
         done += n as u64;
     }
-    let pad = (4096 - f.size % 4096) % 4096;
-    if pad > 0 {
-        let zeros = vec![0u8; pad as usize];
-        h.update(&zeros);
-        v.update(&zeros);
-        out.write_all(&zeros)
-            .map_err(|e| Error::store("write", dest, e))?;
-    }
-    let mut table = Vec::new();
-    let root = v
-        .append_to(&mut table)
+    let zeros = vec![0u8; ((4096 - f.size % 4096) % 4096) as usize];
+    sealer.update(&zeros);
+    out.write_all(&zeros)
         .map_err(|e| Error::store("write", dest, e))?;
-    h.update(&table);
-    out.write_all(&table)
+    let sealed = sealer
+        .finish(&mut out)
         .map_err(|e| Error::store("write", dest, e))?;
     out.sync_all().map_err(|e| Error::store("sync", dest, e))?;
-    let size = f.size + pad + table.len() as u64;
-    Ok((size, format!("sha256:{}", hex::encode(h.finalize())), root))
+    Ok(sealed)
 }
 
 #[cfg(test)]

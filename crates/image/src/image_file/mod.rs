@@ -74,6 +74,8 @@ pub struct ImageFile {
     pub compressor: String,
     /// The squashfs block size.
     pub block_size: u32,
+    /// The squashfs, open for reading the image's own settings.
+    image: berth_squashfs::Image,
 }
 
 impl ImageFile {
@@ -151,26 +153,26 @@ impl ImageFile {
                 ),
             ));
         }
+        let (size, compressor, block_size) = (
+            sb.bytes_used,
+            sb.compressor.name().to_string(),
+            sb.block_size,
+        );
         Ok(ImageFile {
             path: abs,
             file,
             format,
             offset,
-            size: sb.bytes_used,
-            compressor: sb.compressor.name().to_string(),
-            block_size: sb.block_size,
+            size,
+            compressor,
+            block_size,
+            image,
         })
     }
 
     /// The run settings, read from the image (see [`settings`]).
     pub fn run_config(&self) -> Result<RunConfig> {
-        let file = self
-            .file
-            .try_clone()
-            .map_err(|e| Error::input(&self.path, e))?;
-        let image = berth_squashfs::Image::open(file, self.offset)
-            .map_err(|e| bad_file(&self.path, &format!("its squashfs cannot be read: {e}")))?;
-        settings::run_config(&image)
+        settings::run_config(&self.image)
             .map_err(|e| bad_file(&self.path, &format!("reading its settings: {e}")))
     }
 

@@ -174,9 +174,12 @@ pub struct ContainerArgs {
     /// Pass the whole host environment (except PATH, LD_LIBRARY_PATH, HOME and similar).
     #[arg(long)]
     pub env_host: bool,
-    /// Bind a host path: SRC:DST[:ro|rw] (SRC alone binds it at the same path).
-    #[arg(short = 'v', long = "volume", value_name = "SRC[:DST[:ro|rw]]")]
+    /// Bind a host path: SRC:DST[:OPTIONS] (SRC alone binds it at the same path); OPTIONS joined by , or +: ro, rw, noexec, a propagation (rprivate, unbindable...).
+    #[arg(short = 'v', long = "volume", value_name = "SRC[:DST[:OPTIONS]]")]
     pub volumes: Vec<String>,
+    /// Mount a fresh tmpfs: DST[:OPTIONS], OPTIONS as tmpfs's own (size=1G, mode=1777, huge=within_size) and ro, noexec.
+    #[arg(long = "tmpfs", value_name = "DST[:OPTIONS]")]
+    pub tmpfs: Vec<String>,
     /// Working directory inside the container.
     #[arg(short = 'w', long = "workdir", value_name = "DIR")]
     pub workdir: Option<String>,
@@ -252,6 +255,20 @@ pub struct RunArgs {
     /// With --shared: keep the container this long after its last task left, for tasks still to come.
     #[arg(long, value_name = "SECONDS", default_value_t = 0, requires = "shared")]
     pub linger: u64,
+    /// With --shared: which running container under KEY to join: same (one made from the same image with the same options, else it is refused), any (whatever runs, as it is), existing (whatever runs; never create one, and give no IMAGE), new (refused if one runs).
+    #[arg(
+        long,
+        value_name = "same|any|existing|new",
+        default_value = "same",
+        requires = "shared"
+    )]
+    pub reuse: String,
+    /// Pass the whole host environment below the image's ENV (the image's values win; PATH, LD_LIBRARY_PATH, LD_PRELOAD, HOME, LANG, LANGUAGE and LC_ALL are not passed; -e NAME takes the host's value over the image's): the Slurm plugin's policy, as Pyxis's.
+    #[arg(long)]
+    pub env_below_image: bool,
+    /// Without -w: start in the image's WORKDIR, else / (not the current directory): the Slurm plugin's default, as Pyxis's.
+    #[arg(long)]
+    pub workdir_image: bool,
     /// An absolute command missing from the image is looked up by its name in the image's PATH (the Slurm plugin sets it: srun resolves commands on the submit host).
     #[arg(long, hide = true)]
     pub argv0_fallback: bool,
@@ -260,7 +277,8 @@ pub struct RunArgs {
     pub dry_run: bool,
     /// Image name, id or registry reference, or an image file run in place:
     /// a SIF file or a squashfs file (./app.sif, /scratch/image.sqsh).
-    pub image: String,
+    /// Not given with --reuse existing.
+    pub image: Option<String>,
     /// Command and arguments (default: the image's ENTRYPOINT and CMD).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     pub command: Vec<String>,

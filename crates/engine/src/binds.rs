@@ -4,27 +4,27 @@
 
 use std::path::{Path, PathBuf};
 
-use berth_runtime::rootfs::Bind;
+use berth_runtime::rootfs::{Bind, MountOptions, Propagation};
 
 use crate::error::{Error, Result};
 
-/// Parses a bind specification `SRC[:DST[:ro|rw]]` (`SRC:ro` binds SRC at
-/// the same path); a relative SRC is taken from `cwd`, and must exist.
+/// Parses a bind specification `SRC[:DST[:OPTIONS]]` (`SRC:ro` binds SRC
+/// at the same path); a relative SRC is taken from `cwd`, and must exist.
+/// OPTIONS, joined by `,` or `+` (Pyxis's form): `ro`, `rw`, `noexec`, a
+/// propagation (`rprivate`, `unbindable`...), and words that change
+/// nothing berth does anyway (`nosuid`, `nodev`, `bind`, `rbind`,
+/// `x-create=dir|file|auto`).
 pub fn parse_volume(spec: &str, cwd: &Path) -> Result<Bind> {
     let bad = |why: String| Error::Usage(format!("bind {spec:?}: {why}"));
     let parts: Vec<&str> = spec.split(':').collect();
-    let (src, dst, mode) = match parts.as_slice() {
+    let (src, dst, opts) = match parts.as_slice() {
         [s] => (*s, *s, None),
-        [s, d] if *d == "ro" || *d == "rw" => (*s, *s, Some(*d)),
+        [s, d] if !d.starts_with('/') && parse_options(d).is_ok() => (*s, *s, Some(*d)),
         [s, d] => (*s, *d, None),
         [s, d, m] => (*s, *d, Some(*m)),
-        _ => return Err(bad("expected SRC[:DST[:ro|rw]]".into())),
+        _ => return Err(bad("expected SRC[:DST[:OPTIONS]]".into())),
     };
-    let readonly = match mode {
-        None | Some("rw") => false,
-        Some("ro") => true,
-        Some(other) => return Err(bad(format!("unknown option {other:?} (use ro or rw)"))),
-    };
+    let (readonly, options) = parse_options(opts.unwrap_or_default()).map_err(bad)?;
     if src.is_empty() || dst.is_empty() {
         return Err(bad("empty path".into()));
     }
@@ -44,7 +44,9 @@ pub fn parse_volume(spec: &str, cwd: &Path) -> Result<Bind> {
         return Err(bad("the container path must be absolute".into()));
     };
     if target.split('/').any(|c| c == "..") {
-        return Err(bad("the container path must not contain `..`".into()));
+        return Err(bad(
+            "the container path must not contain `..` (it would leave the container's root)".into(),
+        ));
     }
     Ok(Bind {
         source,
@@ -52,6 +54,73 @@ pub fn parse_volume(spec: &str, cwd: &Path) -> Result<Bind> {
         readonly,
         spec: spec.to_string(),
         device: false,
+        options,
+    })
+}
+
+/// A bind's OPTIONS: read-only, and the rest.
+fn parse_options(text: &str) -> std::result::Result<(bool, MountOptions), String> {
+    let mut readonly = false;
+    let mut options = MountOptions::default();
+    for word in text.split([',', '+']).filter(|w| !w.is_empty()) {
+        match word {
+            "ro" => readonly = true,
+            "rw" => readonly = false,
+            "noexec" => options.noexec = true,
+            "exec" => options.noexec = false,
+            // Every bind is recursive, nosuid and nodev; missing mount
+            // points are made to match the source.
+            "nosuid" | "nodev" | "bind" | "rbind" | "x-create=auto" | "x-create=dir"
+            | "x-create=file" => {}
+            other => match Propagation::parse(other) {
+                Some(p) => options.propagation = Some(p),
+                None => {
+                    return Err(format!(
+                        "unknown option {other:?} (use ro, rw, noexec, a propagation such as rprivate or unbindable, joined by , or +)"
+                    ))
+                }
+            },
+        }
+    }
+    Ok((readonly, options))
+}
+
+/// Parses `--tmpfs DST[:OPTIONS]`: a fresh tmpfs at DST; OPTIONS, joined
+/// by `,` or `+`, are tmpfs's own (`size=1G`, `mode=1777`, `huge=...`)
+/// and `ro`, `rw`, `noexec`, a propagation.
+pub fn parse_tmpfs(spec: &str) -> Result<Bind> {
+    let bad = |why: String| Error::Usage(format!("tmpfs {spec:?}: {why}"));
+    let (dst, opts) = spec.split_once(':').unwrap_or((spec, ""));
+    if !dst.starts_with('/') {
+        return Err(bad("the container path must be absolute".into()));
+    }
+    if dst.split('/').any(|c| c == "..") {
+        return Err(bad("the container path must not contain `..`".into()));
+    }
+    let mut data = Vec::new();
+    let mut rest = Vec::new();
+    for word in opts.split([',', '+']).filter(|w| !w.is_empty()) {
+        let key = word.split('=').next().unwrap_or_default();
+        if berth_runtime::rootfs::TMPFS_OPTIONS.contains(&key) && word.contains('=') {
+            data.push(word);
+        } else {
+            rest.push(word);
+        }
+    }
+    let (readonly, mut options) = parse_options(&rest.join(",")).map_err(|e| {
+        bad(format!(
+            "{e}, or tmpfs's {}",
+            berth_runtime::rootfs::TMPFS_OPTIONS.join("=, ")
+        ))
+    })?;
+    options.tmpfs = Some(data.join(","));
+    Ok(Bind {
+        source: PathBuf::from("tmpfs"),
+        target: dst.to_string(),
+        readonly,
+        spec: format!("tmpfs:{spec}"),
+        device: false,
+        options,
     })
 }
 
@@ -99,6 +168,8 @@ pub struct BindInputs<'a> {
     pub cwd: &'a Path,
     /// `-v` specifications.
     pub volumes: &'a [String],
+    /// `--tmpfs` specifications.
+    pub tmpfs: &'a [String],
     /// What site modules add to every run.
     pub site_always: Vec<Bind>,
     /// What this run's host resources add (they win over a `-v` of the
@@ -124,6 +195,7 @@ pub fn run_binds(inputs: BindInputs<'_>) -> Result<RunBinds> {
         readonly: false,
         spec: spec.to_string(),
         device: false,
+        options: MountOptions::default(),
     };
     if let Some(h) = inputs
         .home
@@ -144,6 +216,9 @@ pub fn run_binds(inputs: BindInputs<'_>) -> Result<RunBinds> {
     }
     for v in inputs.volumes {
         extra.push(parse_volume(v, cwd)?);
+    }
+    for t in inputs.tmpfs {
+        extra.push(parse_tmpfs(t)?);
     }
     // Host resources last: a module's or a device's bind wins over a -v of
     // the same path.
@@ -178,10 +253,40 @@ mod tests {
             ("/tmp:rel", "must be absolute"),
             ("/tmp:/a/../b", "`..`"),
             ("/tmp:/x:rx", "unknown option"),
+            ("/tmp:/x:ro+suid", "unknown option \"suid\""),
             ("/tmp:/x:ro:y", "expected SRC"),
             (":/x", "empty path"),
         ] {
             let err = parse_volume(bad, Path::new("/")).unwrap_err().to_string();
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn options_and_tmpfs() {
+        let b = parse_volume("/tmp:/x:unbindable+ro,noexec,x-create=dir", Path::new("/")).unwrap();
+        assert!(b.readonly && b.options.noexec);
+        assert_eq!(b.options.propagation, Some(Propagation::Unbindable));
+        let same = parse_volume("/tmp:rprivate", Path::new("/")).unwrap();
+        assert_eq!(
+            (same.target.as_str(), same.options.propagation),
+            ("/tmp", Some(Propagation::Rprivate))
+        );
+        let t = parse_tmpfs("/scratch:size=1G+huge=within_size,noexec").unwrap();
+        assert_eq!(t.target, "/scratch");
+        assert_eq!(t.options.tmpfs.as_deref(), Some("size=1G,huge=within_size"));
+        assert!(t.options.noexec && !t.readonly);
+        assert_eq!(
+            parse_tmpfs("/t").unwrap().options.tmpfs.as_deref(),
+            Some("")
+        );
+        for (bad, why) in [
+            ("rel", "must be absolute"),
+            ("/a/../b", "`..`"),
+            ("/t:exec=1", "unknown option"),
+            ("/t:size", "unknown option"),
+        ] {
+            let err = parse_tmpfs(bad).unwrap_err().to_string();
             assert!(err.contains(why), "{bad}: {err}");
         }
     }
@@ -194,6 +299,7 @@ mod tests {
             readonly: false,
             spec: spec.into(),
             device: false,
+            options: MountOptions::default(),
         };
         let out = in_mount_order(vec![b("/a/b", "1"), b("/a", "2"), b("/a/b", "3")]);
         assert_eq!(targets(&out), vec!["/a", "/a/b"]);
@@ -214,6 +320,7 @@ mod tests {
             host_root,
             cwd: &work,
             volumes: &[],
+            tmpfs: &[],
             site_always: vec![],
             injected: vec![],
         };

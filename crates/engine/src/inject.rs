@@ -97,6 +97,7 @@ pub fn binds(plan: &Plan) -> Vec<Bind> {
             target: m.target,
             readonly: m.readonly,
             spec: m.origin,
+            options: Default::default(),
         })
         .collect()
 }

@@ -21,7 +21,7 @@ use berth_config::Config;
 use berth_runtime::container::{self, ImageSpec, Process, RunSpec};
 use berth_runtime::seccomp::Seccomp;
 use berth_runtime::semantics::{self, ImageDefaults, UserRequest};
-use berth_runtime::shared::{self, Placement};
+use berth_runtime::shared::{self, Placement, Reuse};
 use berth_runtime::IdMode;
 use serde::Serialize;
 
@@ -95,6 +95,21 @@ pub fn prepare(
     caller: &Caller,
     trust_cache: bool,
 ) -> Result<Launch> {
+    // A run that joins whatever container runs under its key takes that
+    // container's image and identity; its own binds cannot apply.
+    let attached = attached(req)?;
+    let owned;
+    let req = match &attached {
+        Some(info) => {
+            owned = RunRequest {
+                image: info.image_id.clone(),
+                fakeroot: info.mode == IdMode::FakeRoot,
+                ..req.clone()
+            };
+            &owned
+        }
+        None => req,
+    };
     let mode = identity::id_mode(caller, req.fakeroot);
     // Bad options fail before anything is pulled or started.
     let seccomp = security_options(&req.security_opt, mode)?;
@@ -120,7 +135,8 @@ pub fn prepare(
     let inside = identity::inside(mode, caller);
     let fixed = identity::fixed_env(&inside, &caller.hostname);
     let mut env = semantics::environment(&defaults, &user, &caller.env, &fixed)?;
-    let workdir = semantics::workdir(&defaults, &user, caller.cwd.to_str())?;
+    let cwd = caller.cwd.to_str().filter(|_| !req.workdir_image);
+    let workdir = semantics::workdir(&defaults, &user, cwd)?;
     // Host resources: what every run gets (site modules that apply always:
     // prepared once, with the user's other common binds) and what this run
     // asks for.
@@ -135,6 +151,7 @@ pub fn prepare(
         host_root: mode == IdMode::HostRoot,
         cwd: &caller.cwd,
         volumes: &req.volumes,
+        tmpfs: &req.tmpfs,
         site_always: inject::binds(&always),
         injected: inject::binds(&requested),
     })?;
@@ -145,6 +162,21 @@ pub fn prepare(
     let use_template = !req.no_home && requested.binds().is_empty() && mode != IdMode::HostRoot;
     let mut plan = always;
     plan.extend(requested);
+    if let Some(info) = &attached {
+        let own: Vec<&str> = req
+            .volumes
+            .iter()
+            .chain(&req.tmpfs)
+            .map(String::as_str)
+            .collect();
+        if !own.is_empty() {
+            plan.warnings.push(format!(
+                "ignoring the mounts of this run ({}): it joins the running container {}, whose mounts stay as they are",
+                own.join(", "),
+                info.key
+            ));
+        }
+    }
     let identity = identity::identity(mode, caller, &inside)?;
     let idle = caller
         .var("BERTH_KEEPER_IDLE")
@@ -200,12 +232,29 @@ pub fn prepare(
             key: s.key.clone(),
             linger: s.linger,
             image: req.image.clone(),
+            reuse: s.reuse,
         }),
         held: Held {
             image_file: found.file,
             node_lock: found.lock,
         },
     })
+}
+
+/// The live shared container a run joins as it is (`Reuse::Any` or
+/// `Reuse::Existing`), if one runs; `Existing` without one is an error.
+fn attached(req: &RunRequest) -> Result<Option<shared::SharedInfo>> {
+    let Some(s) = &req.shared else {
+        return Ok(None);
+    };
+    match s.reuse {
+        Reuse::Any => Ok(shared::lookup(&s.key)?),
+        Reuse::Existing => match shared::lookup(&s.key)? {
+            Some(info) => Ok(Some(info)),
+            None => Err(shared::not_running(&s.key).into()),
+        },
+        Reuse::Same | Reuse::New => Ok(None),
+    }
 }
 
 /// The request's command and environment options as Docker's semantics
@@ -226,6 +275,7 @@ fn user_request(req: &RunRequest) -> Result<UserRequest> {
         env_files,
         env: req.env.clone(),
         env_host: req.env_host,
+        env_below_image: req.env_below_image,
         workdir: req.workdir.clone(),
     })
 }

@@ -19,10 +19,17 @@ pub struct RunRequest {
     pub env_files: Vec<PathBuf>,
     /// `--env-host`.
     pub env_host: bool,
+    /// `--env-below-image`.
+    pub env_below_image: bool,
+    /// `--workdir-image`: the image's WORKDIR, else `/` (not the caller's
+    /// directory).
+    pub workdir_image: bool,
     /// `-w`.
     pub workdir: Option<String>,
-    /// `-v SRC[:DST[:ro|rw]]`, in order.
+    /// `-v SRC[:DST[:OPTIONS]]`, in order.
     pub volumes: Vec<String>,
+    /// `--tmpfs DST[:OPTIONS]`, in order.
+    pub tmpfs: Vec<String>,
     /// `--writable`.
     pub writable: bool,
     /// `--fakeroot`.
@@ -63,6 +70,8 @@ pub struct SharedRequest {
     pub key: String,
     /// How long it stays after its last task.
     pub linger: Duration,
+    /// Which live container under the key the run joins.
+    pub reuse: berth_runtime::shared::Reuse,
 }
 
 impl RunRequest {

@@ -61,6 +61,23 @@ pub const NEVER_FROM_HOST: &[&str] = &[
     "LOADEDMODULES",
 ];
 
+/// Host variables not passed by [`UserRequest::env_below_image`] (the
+/// Slurm plugin's Pyxis policy) unless `-e` names them: they describe the
+/// host's file system or locale (a locale the image lacks makes perl and
+/// python warn), or berth sets them itself.
+pub const NOT_BELOW_IMAGE: &[&str] = &[
+    "PATH",
+    "LD_LIBRARY_PATH",
+    "LD_PRELOAD",
+    "LD_AUDIT",
+    "HOME",
+    "PWD",
+    "OLDPWD",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+];
+
 /// The PATH used when the image sets none (podman's).
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -104,6 +121,10 @@ pub struct UserRequest {
     pub env: Vec<String>,
     /// `--env-host`.
     pub env_host: bool,
+    /// The whole host environment below the image's (Pyxis's policy, for
+    /// the Slurm plugin): every host variable but [`NOT_BELOW_IMAGE`], then
+    /// the image's `Env` over it, then the host's `TERM`.
+    pub env_below_image: bool,
     /// `-w`.
     pub workdir: Option<String>,
 }
@@ -176,6 +197,13 @@ pub fn environment(
     fixed: &[(String, String)],
 ) -> Result<Vec<(String, String)>, SemanticsError> {
     let mut env: Vec<(String, String)> = vec![("PATH".to_string(), DEFAULT_PATH.to_string())];
+    if req.env_below_image {
+        for (k, v) in host {
+            if valid_name(k) && !NOT_BELOW_IMAGE.contains(&k.as_str()) {
+                set(&mut env, k, v);
+            }
+        }
+    }
     for (k, v) in fixed {
         set(&mut env, k, v);
     }
@@ -185,9 +213,14 @@ pub fn environment(
         }
     }
     for (k, v) in host {
-        let pass = PASSTHROUGH_NAMES.contains(&k.as_str())
-            || PASSTHROUGH_PREFIXES.iter().any(|p| k.starts_with(p))
-            || (req.env_host && !NEVER_FROM_HOST.contains(&k.as_str()));
+        let pass = if req.env_below_image {
+            // The terminal is the caller's (enroot's environ.d does this).
+            k == "TERM"
+        } else {
+            PASSTHROUGH_NAMES.contains(&k.as_str())
+                || PASSTHROUGH_PREFIXES.iter().any(|p| k.starts_with(p))
+                || (req.env_host && !NEVER_FROM_HOST.contains(&k.as_str()))
+        };
         if pass && valid_name(k) {
             set(&mut env, k, v);
         }
@@ -210,8 +243,8 @@ pub fn environment(
 }
 
 /// The working directory: `-w`, else the image's `WorkingDir`, else the
-/// caller's current directory (HPC habit: it is bound into the container),
-/// else `/`.
+/// caller's current directory (HPC habit: it is bound into the container;
+/// `cwd` is `None` where the run asks for `/` instead), else `/`.
 pub fn workdir(
     image: &ImageDefaults,
     req: &UserRequest,
@@ -336,6 +369,54 @@ mod tests {
         assert_eq!(get(&env, "LD_LIBRARY_PATH"), None);
         r.env = vec!["=x".into()];
         assert!(environment(&image, &r, &host, &fixed).is_err());
+    }
+
+    #[test]
+    fn below_the_image_as_pyxis_does() {
+        let image = ImageDefaults {
+            env: vec![
+                "LD_LIBRARY_PATH=/usr/local/nvidia/lib".into(),
+                "CUDA_VERSION=11.8.0".into(),
+                "TERM=xterm".into(),
+            ],
+            ..Default::default()
+        };
+        let host: Vec<(String, String)> = [
+            ("PATH", "/host/bin"),
+            ("LD_LIBRARY_PATH", "/host/lib"),
+            ("CUDA_VERSION", "12.0.0"),
+            ("MASTER_ADDR", "n1"),
+            ("LANG", "en_US.UTF-8"),
+            ("TERM", "dumb"),
+            ("HOME", "/tmp"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let fixed = vec![("HOME".to_string(), "/home/u".to_string())];
+        let mut r = UserRequest {
+            env_below_image: true,
+            ..Default::default()
+        };
+        let get = |env: &[(String, String)], k: &str| {
+            env.iter().find(|(x, _)| x == k).map(|(_, v)| v.clone())
+        };
+        let env = environment(&image, &r, &host, &fixed).unwrap();
+        assert_eq!(get(&env, "MASTER_ADDR").as_deref(), Some("n1"));
+        assert_eq!(get(&env, "CUDA_VERSION").as_deref(), Some("11.8.0"));
+        assert_eq!(
+            get(&env, "LD_LIBRARY_PATH").as_deref(),
+            Some("/usr/local/nvidia/lib")
+        );
+        assert_eq!(get(&env, "PATH").as_deref(), Some(DEFAULT_PATH));
+        assert_eq!(get(&env, "LANG"), None);
+        assert_eq!(get(&env, "TERM").as_deref(), Some("dumb"));
+        assert_eq!(get(&env, "HOME").as_deref(), Some("/home/u"));
+        // --container-env NAME: the host's value wins.
+        r.env = vec!["CUDA_VERSION".into(), "LANG".into()];
+        let env = environment(&image, &r, &host, &fixed).unwrap();
+        assert_eq!(get(&env, "CUDA_VERSION").as_deref(), Some("12.0.0"));
+        assert_eq!(get(&env, "LANG").as_deref(), Some("en_US.UTF-8"));
     }
 
     #[test]

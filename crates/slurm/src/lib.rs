@@ -28,6 +28,8 @@
 //! - job epilog (root, each node): named containers of the job go.
 
 pub mod epilog;
+pub mod gather;
+pub mod mounts;
 pub mod options;
 
 #[cfg(not(test))]

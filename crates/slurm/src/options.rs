@@ -2,6 +2,8 @@
 //! become: the `berth run` command line a task is started with. Pure, so
 //! it is tested without Slurm.
 
+use crate::mounts::Mount;
+
 /// How the tasks of a step on one node get their containers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Mode {
@@ -17,12 +19,17 @@ pub enum Mode {
 pub struct Options {
     /// `--container-image`.
     pub image: Option<String>,
-    /// `--container-mounts` (comma-separated, each `SRC[:DST[:FLAGS]]`).
+    /// `--container-mounts` binds, as berth's `-v` (each Pyxis entry
+    /// `SRC[:DST[:FLAGS]]`, see [`crate::mounts`]).
     pub mounts: Vec<String>,
+    /// `--container-mounts` tmpfs entries, as berth's `--tmpfs`.
+    pub tmpfs: Vec<String>,
     /// `--container-workdir`.
     pub workdir: Option<String>,
     /// `--container-name`.
     pub name: Option<String>,
+    /// `--container-name`'s `:FLAG`.
+    pub name_flag: NameFlag,
     /// `--container-writable` (vs `--container-readonly`, the default).
     pub writable: bool,
     /// `--container-mount-home` (default) or `--no-container-mount-home`.
@@ -47,8 +54,10 @@ impl Default for Options {
         Options {
             image: None,
             mounts: Vec::new(),
+            tmpfs: Vec::new(),
             workdir: None,
             name: None,
+            name_flag: NameFlag::Auto,
             writable: false,
             mount_home: true,
             remap_root: false,
@@ -59,6 +68,21 @@ impl Default for Options {
             modules: Vec::new(),
         }
     }
+}
+
+/// What `--container-name=NAME:FLAG` asks of a named container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NameFlag {
+    /// `auto` (the default): join it if it runs on the node, else create it.
+    #[default]
+    Auto,
+    /// `create`: it must not exist yet.
+    Create,
+    /// `exec`: it must exist; the task joins it.
+    Exec,
+    /// `no_exec`: Pyxis starts the container's file system afresh; berth's
+    /// named container is one live container, so this joins it as `auto`.
+    NoExec,
 }
 
 /// Which step a task belongs to.
@@ -85,12 +109,18 @@ pub struct Task {
     pub cwd: Option<String>,
 }
 
-fn comma_list(value: &str) -> Vec<String> {
+/// A comma-separated list; an empty item (`A,,B`, `A,`) is an error.
+fn comma_list(name: &str, value: &str) -> Result<Vec<String>, String> {
     value
         .split(',')
         .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
+        .map(|s| {
+            if s.is_empty() {
+                Err(format!("--{name}={value}: an empty item in the list"))
+            } else {
+                Ok(s.to_string())
+            }
+        })
         .collect()
 }
 
@@ -106,16 +136,31 @@ pub fn apply(opts: &mut Options, name: &str, value: Option<&str>) -> Result<(), 
     match name {
         "container-image" => opts.image = Some(need(value)?),
         "container-mounts" => {
-            for m in comma_list(&need(value)?) {
-                opts.mounts.push(mount(&m)?);
+            for m in comma_list(name, &need(value)?)? {
+                // Repeated entries are skipped, as Pyxis does.
+                match crate::mounts::parse(&m)? {
+                    Mount::Bind(b) if !opts.mounts.contains(&b) => opts.mounts.push(b),
+                    Mount::Tmpfs(t) if !opts.tmpfs.contains(&t) => opts.tmpfs.push(t),
+                    _ => {}
+                }
             }
         }
-        "container-workdir" => opts.workdir = Some(need(value)?),
+        "container-workdir" => opts.workdir = Some(workdir(&need(value)?)),
         "container-name" => {
-            let n = need(value)?;
-            // Pyxis's NAME:FLAGS form; berth's named containers have one
-            // behaviour (create or join).
-            let n = n.split(':').next().unwrap_or_default().to_string();
+            let given = need(value)?;
+            let (n, flag) = given.split_once(':').unwrap_or((&given, "auto"));
+            opts.name_flag = match flag {
+                "auto" => NameFlag::Auto,
+                "create" => NameFlag::Create,
+                "exec" => NameFlag::Exec,
+                "no_exec" => NameFlag::NoExec,
+                other => {
+                    return Err(format!(
+                        "--container-name={given}: unknown flag {other:?} (auto, create, exec or no_exec)"
+                    ))
+                }
+            };
+            let n = n.to_string();
             if n.is_empty()
                 || !n
                     .chars()
@@ -135,7 +180,7 @@ pub fn apply(opts: &mut Options, name: &str, value: Option<&str>) -> Result<(), 
         "no-container-remap-root" => opts.remap_root = false,
         "container-entrypoint" => opts.entrypoint = true,
         "no-container-entrypoint" => opts.entrypoint = false,
-        "container-env" => opts.env.extend(comma_list(&need(value)?)),
+        "container-env" => opts.env.extend(comma_list(name, &need(value)?)?),
         "container-mode" => {
             opts.mode = match need(value)?.as_str() {
                 "shared" => Mode::Shared,
@@ -148,38 +193,35 @@ pub fn apply(opts: &mut Options, name: &str, value: Option<&str>) -> Result<(), 
             }
         }
         "container-gpus" => opts.gpus = Some(need(value)?),
-        "container-modules" => opts.modules.extend(comma_list(&need(value)?)),
+        "container-modules" => opts.modules.extend(comma_list(name, &need(value)?)?),
         other => return Err(format!("unknown option --{other}")),
     }
     Ok(())
 }
 
-/// One `--container-mounts` entry as a berth bind (`SRC[:DST[:ro|rw]]`).
-fn mount(m: &str) -> Result<String, String> {
-    let parts: Vec<&str> = m.split(':').collect();
-    let bad = || {
-        format!("--container-mounts entry {m:?}: expected SRC[:DST[:ro|rw]] with absolute paths")
-    };
-    match parts.as_slice() {
-        [src] if src.starts_with('/') => Ok(format!("{src}:{src}")),
-        [src, dst] if src.starts_with('/') && dst.starts_with('/') => Ok(format!("{src}:{dst}")),
-        [src, dst, flags] if src.starts_with('/') && dst.starts_with('/') => match *flags {
-            "ro" | "rw" => Ok(format!("{src}:{dst}:{flags}")),
-            other => Err(format!(
-                "--container-mounts entry {m:?}: flag {other:?} is not supported (ro or rw)"
-            )),
-        },
-        _ => Err(bad()),
+/// A working directory inside the container as Pyxis takes it: a relative
+/// one is from `/`, and `..` stops at `/`.
+fn workdir(dir: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for c in dir.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            c => parts.push(c),
+        }
     }
+    format!("/{}", parts.join("/"))
 }
 
 /// The options registered with Slurm: (name, value's name or `None` for a
 /// flag, usage).
 pub const OPTIONS: &[(&str, Option<&str>, &str)] = &[
     ("container-image", Some("IMAGE"), "[berth] run the tasks in a container of IMAGE (a registry reference, enroot's REGISTRY#IMAGE, a name or id in the berth store, or a SIF or squashfs file: ./image.sqsh)"),
-    ("container-mounts", Some("SRC[:DST[:ro|rw]],..."), "[berth] bind host paths into the container"),
+    ("container-mounts", Some("SRC[:DST[:FLAGS]],..."), "[berth] bind host paths into the container (SRC a path, or tmpfs; FLAGS joined by +: ro, rw, noexec, rprivate, unbindable...)"),
     ("container-workdir", Some("DIR"), "[berth] working directory inside the container"),
-    ("container-name", Some("NAME"), "[berth] a named container: later steps of the job on the node join it (it stays until the job ends)"),
+    ("container-name", Some("NAME[:auto|create|exec|no_exec]"), "[berth] a named container: later steps of the job on the node join it, with or without --container-image (it stays until the job ends)"),
     ("container-writable", None, "[berth] make the container's file system writable (changes live in memory)"),
     ("container-readonly", None, "[berth] keep the container's file system read-only (default)"),
     ("container-mount-home", None, "[berth] bind the user's home directory (default)"),
@@ -210,25 +252,38 @@ pub fn key(opts: &Options, task: &Task) -> String {
 }
 
 /// The `berth run` command line for `task`: `berth` is the binary, `image`
-/// the image as resolved for the job (its id), `extra_binds` binds the
-/// step needs (the batch script's directory), `named_linger` the seconds a
-/// named container stays after its last task.
+/// the image as resolved for the job (its id; `None` for a step that names
+/// a container but no image: it joins the container as it runs),
+/// `extra_binds` binds the step needs (the batch script's directory),
+/// `named_linger` the seconds a named container stays after its last task.
 pub fn berth_argv(
     berth: &str,
     opts: &Options,
-    image: &str,
+    image: Option<&str>,
     task: &Task,
     extra_binds: &[String],
     named_linger: u64,
 ) -> Vec<String> {
-    let mut a: Vec<String> = vec![berth.into(), "run".into(), "--argv0-fallback".into()];
+    let mut a: Vec<String> = vec![
+        berth.into(),
+        "run".into(),
+        "--argv0-fallback".into(),
+        "--env-below-image".into(),
+    ];
     let shared = opts.mode == Mode::Shared || opts.name.is_some();
+    // A named container is joined as it runs (Pyxis's auto): its image and
+    // options are those it was made with.
+    let reuse = match (image, opts.name_flag) {
+        (None, _) | (_, NameFlag::Exec) => "existing",
+        (_, NameFlag::Create) => "new",
+        (_, NameFlag::Auto | NameFlag::NoExec) => "any",
+    };
     if shared {
         a.push("--shared".into());
         a.push(key(opts, task));
         if opts.name.is_some() {
-            a.push("--linger".into());
-            a.push(named_linger.to_string());
+            a.extend(["--linger".into(), named_linger.to_string()]);
+            a.extend(["--reuse".into(), reuse.into()]);
         }
     }
     if !opts.entrypoint {
@@ -238,12 +293,21 @@ pub fn berth_argv(
         a.push("-v".into());
         a.push(m.clone());
     }
-    // The job's directory, as for any srun, unless the user named one:
-    // not the image's WORKDIR, which does not exist on the host for the
-    // steps a batch script starts from there.
-    if let Some(w) = opts.workdir.as_ref().or(task.cwd.as_ref()) {
-        a.push("-w".into());
-        a.push(w.clone());
+    for t in &opts.tmpfs {
+        a.push("--tmpfs".into());
+        a.push(t.clone());
+    }
+    // The directory the user named, else (as Pyxis) the image's WORKDIR or
+    // /. A batch script runs in the job's directory: an srun in it starts
+    // from there, and the image's WORKDIR may not exist on the host.
+    let batch = matches!(task.step, Step::Batch | Step::Interactive);
+    match opts
+        .workdir
+        .as_ref()
+        .or(task.cwd.as_ref().filter(|_| batch))
+    {
+        Some(w) => a.extend(["-w".into(), w.clone()]),
+        None => a.push("--workdir-image".into()),
     }
     for e in &opts.env {
         a.push("-e".into());
@@ -270,7 +334,9 @@ pub fn berth_argv(
             a.push(m.clone());
         }
     }
-    a.push(image.into());
+    if reuse != "existing" || !shared {
+        a.extend(image.map(str::to_string));
+    }
     a.extend(task.argv.iter().cloned());
     a
 }
@@ -377,16 +443,18 @@ mod tests {
     fn defaults_are_pyxis_defaults_and_shared_mode() {
         let mut o = Options::default();
         apply(&mut o, "container-image", Some("reg:5000/x:1")).unwrap();
-        let a = berth_argv("/b", &o, "sha256:ab", &task(Step::Id(3)), &[], 9);
+        let a = berth_argv("/b", &o, Some("sha256:ab"), &task(Step::Id(3)), &[], 9);
         assert_eq!(
             a,
             [
                 "/b",
                 "run",
                 "--argv0-fallback",
+                "--env-below-image",
                 "--shared",
                 "slurm-42.3",
                 "--entrypoint=",
+                "--workdir-image",
                 "sha256:ab",
                 "/usr/bin/hostname",
                 "-s"
@@ -399,7 +467,10 @@ mod tests {
         let mut o = Options::default();
         for (n, v) in [
             ("container-image", Some("img")),
-            ("container-mounts", Some("/data,/scratch:/s:ro")),
+            (
+                "container-mounts",
+                Some("/data,/scratch:/s:ro,tmpfs:/t:size=1G,/data"),
+            ),
             ("container-workdir", Some("/work")),
             ("container-name", Some("dev:exec")),
             ("container-writable", None),
@@ -415,7 +486,7 @@ mod tests {
         let a = berth_argv(
             "b",
             &o,
-            "img",
+            Some("img"),
             &task(Step::Batch),
             &["/spool:/spool:ro".into()],
             60,
@@ -423,27 +494,64 @@ mod tests {
         .join(" ");
         assert_eq!(
             a,
-            "b run --argv0-fallback --shared slurm-42-dev --linger 60 -v /data:/data -v /scratch:/s:ro -v /spool:/spool:ro -w /work -e A -e B --writable --no-home --fakeroot --gpus 0,1 --mpi --module cxi img /usr/bin/hostname -s"
+            "b run --argv0-fallback --env-below-image --shared slurm-42-dev --linger 60 --reuse existing -v /data:/data -v /scratch:/s:ro -v /spool:/spool:ro --tmpfs /t:size=1G -w /work -e A -e B --writable --no-home --fakeroot --gpus 0,1 --mpi --module cxi /usr/bin/hostname -s"
         );
     }
 
     #[test]
-    fn the_jobs_directory_unless_one_is_named() {
+    fn the_images_workdir_unless_one_is_named_or_a_batch_script() {
         let mut o = Options::default();
         let mut t = task(Step::Id(1));
         t.cwd = Some("/home/u/run".into());
-        let a = berth_argv("b", &o, "img", &t, &[], 0).join(" ");
+        let a = berth_argv("b", &o, Some("img"), &t, &[], 0).join(" ");
+        assert!(
+            a.contains(" --workdir-image ") && !a.contains(" -w "),
+            "{a}"
+        );
+        t.step = Step::Batch;
+        let a = berth_argv("b", &o, Some("img"), &t, &[], 0).join(" ");
         assert!(a.contains(" -w /home/u/run "), "{a}");
         apply(&mut o, "container-workdir", Some("/w")).unwrap();
-        let a = berth_argv("b", &o, "img", &t, &[], 0).join(" ");
+        let a = berth_argv("b", &o, Some("img"), &t, &[], 0).join(" ");
         assert!(a.contains(" -w /w ") && !a.contains("/home/u/run"), "{a}");
+        for (given, dir) in [("../", "/"), ("usr/../bin", "/bin"), ("/a/./b/", "/a/b")] {
+            apply(&mut o, "container-workdir", Some(given)).unwrap();
+            assert_eq!(o.workdir.as_deref(), Some(dir), "{given}");
+        }
+    }
+
+    #[test]
+    fn named_containers_are_joined_as_they_run() {
+        let mut o = Options::default();
+        apply(&mut o, "container-name", Some("dev")).unwrap();
+        let t = task(Step::Id(2));
+        let a = berth_argv("b", &o, None, &t, &[], 5).join(" ");
+        assert!(
+            a.contains("--shared slurm-42-dev --linger 5 --reuse existing")
+                && a.ends_with("--workdir-image /usr/bin/hostname -s"),
+            "{a}"
+        );
+        let a = berth_argv("b", &o, Some("img"), &t, &[], 5).join(" ");
+        assert!(
+            a.contains("--reuse any") && a.contains(" img /usr/bin/hostname"),
+            "{a}"
+        );
+        apply(&mut o, "container-name", Some("dev:create")).unwrap();
+        let a = berth_argv("b", &o, Some("img"), &t, &[], 5).join(" ");
+        assert!(a.contains("--reuse new"), "{a}");
+        apply(&mut o, "container-name", Some("dev:exec")).unwrap();
+        let a = berth_argv("b", &o, Some("img"), &t, &[], 5).join(" ");
+        assert!(
+            a.contains("--reuse existing") && !a.contains(" img "),
+            "{a}"
+        );
     }
 
     #[test]
     fn per_task_mode_and_keys() {
         let mut o = Options::default();
         apply(&mut o, "container-mode", Some("per-task")).unwrap();
-        let a = berth_argv("b", &o, "img", &task(Step::Id(0)), &[], 0);
+        let a = berth_argv("b", &o, Some("img"), &task(Step::Id(0)), &[], 0);
         assert!(!a.contains(&"--shared".to_string()));
         assert_eq!(key(&o, &task(Step::Batch)), "slurm-42.batch");
         assert_eq!(key(&o, &task(Step::Interactive)), "slurm-42.interactive");
@@ -457,10 +565,16 @@ mod tests {
             .contains("per-task"));
         assert!(apply(&mut o, "container-mounts", Some("rel:/x"))
             .unwrap_err()
-            .contains("absolute"));
-        assert!(apply(&mut o, "container-mounts", Some("/a:/b:rbind"))
+            .contains("use a path"));
+        assert!(apply(&mut o, "container-env", Some("FOO,"))
             .unwrap_err()
-            .contains("rbind"));
+            .contains("empty item"));
+        assert!(apply(&mut o, "container-name", Some("n:attach"))
+            .unwrap_err()
+            .contains("unknown flag"));
+        assert!(apply(&mut o, "container-mounts", Some("/a:/b:rbind+suid"))
+            .unwrap_err()
+            .contains("suid"));
         assert!(apply(&mut o, "container-name", Some("a/b")).is_err());
         assert!(apply(&mut o, "container-image", Some(" ")).is_err());
     }

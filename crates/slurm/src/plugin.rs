@@ -8,6 +8,7 @@ use std::process::Command;
 
 use slurm_spank::{Context, Plugin, SpankHandle, SpankOption, SLURM_VERSION_NUMBER, SPANK_PLUGIN};
 
+use crate::gather::{self, Given};
 use crate::options::{self, Options, Step, Task, NAMED_LINGER_SECONDS, OPTIONS};
 
 /// `plugin_version`: the Slurm found at build time, else the bindings'.
@@ -47,32 +48,28 @@ fn fail(msg: String) -> Box<dyn Error> {
 }
 
 impl BerthPlugin {
-    /// The user's options, checked.
+    /// The user's options, checked: srun's command line, else the job's
+    /// `PYXIS_CONTAINER_*` variables (read from the job's environment in
+    /// slurmstepd, from the process's own in srun, sbatch and salloc).
     fn options(&self, spank: &SpankHandle) -> Result<Options, Box<dyn Error>> {
-        let mut o = Options::default();
-        for (name, value, _) in OPTIONS {
+        let remote = matches!(spank.context()?, Context::Remote);
+        let given = |name: &str| -> Given {
+            let (_, value, _) = OPTIONS.iter().find(|(n, _, _)| *n == name)?;
             if value.is_some() {
-                if let Some(v) = spank.get_option_value(name)? {
-                    options::apply(&mut o, name, Some(&v)).map_err(fail)?;
-                }
-            } else if spank.is_option_set(name) {
-                options::apply(&mut o, name, None).map_err(fail)?;
+                let v = spank.get_option_value(name).ok().flatten()?;
+                Some(Some(v.to_string()))
+            } else {
+                spank.is_option_set(name).then_some(None)
             }
-        }
-        // A flag and its negation both given: the safer one wins.
-        if spank.is_option_set("container-readonly") {
-            o.writable = false;
-        }
-        if spank.is_option_set("no-container-mount-home") {
-            o.mount_home = false;
-        }
-        if spank.is_option_set("no-container-remap-root") {
-            o.remap_root = false;
-        }
-        if spank.is_option_set("no-container-entrypoint") {
-            o.entrypoint = false;
-        }
-        Ok(o)
+        };
+        let env = |k: &str| {
+            if remote {
+                spank.getenv(k).ok().flatten()
+            } else {
+                std::env::var(k).ok()
+            }
+        };
+        gather::gather(given, env).map_err(fail)
     }
 
     /// Resolves the image once for the job and exports it to the tasks; an
@@ -214,9 +211,11 @@ unsafe impl Plugin for BerthPlugin {
 
     fn task_init(&mut self, spank: &mut SpankHandle) -> Res {
         let opts = self.options(spank)?;
-        let Some(image) = &opts.image else {
+        // Neither an image nor a container name: not a container step. A
+        // name alone joins that container as it runs on the node.
+        if opts.image.is_none() && opts.name.is_none() {
             return Ok(());
-        };
+        }
         let mut env: Vec<(String, String)> = spank
             .job_env()?
             .iter()
@@ -228,11 +227,20 @@ unsafe impl Plugin for BerthPlugin {
             env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
         });
         env.extend(restored);
-        let image = env
+        // The job's pinned id of the image, when the image is the one
+        // pinned (a step of a batch script naming the script's image).
+        let pinned = env
             .iter()
             .find(|(k, _)| k == IMAGE_VAR)
             .map(|(_, v)| v.clone())
-            .unwrap_or_else(|| image.clone());
+            .filter(|_| {
+                env.iter()
+                    .any(|(k, v)| k == REF_VAR && Some(v) == opts.image.as_ref())
+            });
+        let image = opts
+            .image
+            .as_ref()
+            .map(|i| pinned.clone().unwrap_or_else(|| i.clone()));
         let step = match spank.job_stepid()? {
             BATCH_STEP => Step::Batch,
             INTERACTIVE_STEP => Step::Interactive,
@@ -265,7 +273,14 @@ unsafe impl Plugin for BerthPlugin {
         if opts.name.is_some() {
             note_state_dir(&env, task.job_id);
         }
-        let cmd = options::berth_argv(&self.berth, &opts, &image, &task, &extra, self.named_linger);
+        let cmd = options::berth_argv(
+            &self.berth,
+            &opts,
+            image.as_deref(),
+            &task,
+            &extra,
+            self.named_linger,
+        );
         // Slurm 22.05 has no spank_prepend_task_argv: the task becomes
         // berth here, with the environment Slurm built for it (PMI
         // variables included) and its descriptors.

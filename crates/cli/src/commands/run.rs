@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
 use berth_engine::{Caller, RunRequest, SharedRequest};
+use berth_runtime::shared::Reuse;
 
 use super::Context;
 use crate::cli::{ContainerArgs, RunArgs, ShellArgs};
@@ -14,15 +15,41 @@ use crate::cli::{ContainerArgs, RunArgs, ShellArgs};
 /// own is exit code 125 (as podman), whatever its class.
 pub fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
     let started = Instant::now();
-    let mut req = request(&args.image, &args.container);
+    let reuse = match Reuse::parse(&args.reuse) {
+        Some(r) => r,
+        None => {
+            return finish(Err(anyhow!(
+                "--reuse {}: use same, any, existing or new",
+                args.reuse
+            )))
+        }
+    };
+    // Joining a running container as it is: there is no IMAGE, the first
+    // word is the command.
+    let (image, command) = match (reuse, args.image) {
+        (Reuse::Existing, first) => (
+            String::new(),
+            first.into_iter().chain(args.command).collect(),
+        ),
+        (_, Some(image)) => (image, args.command),
+        (_, None) => {
+            return finish(Err(anyhow!(
+                "no IMAGE given (berth run IMAGE [COMMAND...])"
+            )))
+        }
+    };
+    let mut req = request(&image, &args.container);
     req.entrypoint = args.entrypoint;
-    req.args = args.command;
+    req.args = command;
     req.name = args.name;
     req.shared = args.shared.map(|key| SharedRequest {
         key,
         linger: Duration::from_secs(args.linger),
+        reuse,
     });
     req.argv0_fallback = args.argv0_fallback;
+    req.env_below_image = args.env_below_image;
+    req.workdir_image = args.workdir_image;
     finish(start(ctx, &req, &args.container, started, args.dry_run))
 }
 
@@ -47,6 +74,7 @@ fn request(image: &str, c: &ContainerArgs) -> RunRequest {
         env_host: c.env_host,
         workdir: c.workdir.clone(),
         volumes: c.volumes.clone(),
+        tmpfs: c.tmpfs.clone(),
         writable: c.writable,
         fakeroot: c.fakeroot,
         no_home: c.no_home,

@@ -16,7 +16,7 @@ use crate::need_env;
 /// plugin pulls with the user's configuration). The tests using it are
 /// declared to need the plugin (`berth_it_slurm`); one that runs without
 /// it fails.
-fn sandbox() -> Sandbox {
+pub(crate) fn sandbox() -> Sandbox {
     let env = need_env!();
     assert!(
         slurm_plugin_installed(),
@@ -34,7 +34,7 @@ fn sandbox() -> Sandbox {
     sb
 }
 
-fn slurm(sb: &Sandbox, program: &str, args: &[&str]) -> Out {
+pub(crate) fn slurm(sb: &Sandbox, program: &str, args: &[&str]) -> Out {
     let mut c = sb.command(Path::new(program), args);
     c.env("SLURM_CONF", sb.env.var("BERTH_IT_SLURM_CONF"));
     // Open MPI takes the three "nodes" for three hosts; on this one machine
@@ -70,7 +70,7 @@ fn srun_open_mpi(sb: &Sandbox, args: &[&str]) -> Out {
     slurm(sb, "/usr/bin/timeout", &bounded)
 }
 
-fn image(sb: &Sandbox, name: &str) -> String {
+pub(crate) fn image(sb: &Sandbox, name: &str) -> String {
     format!(
         "--container-image={}/berth-test/{name}:latest",
         sb.env.anon()
@@ -310,7 +310,7 @@ fn spank_errors_reach_srun_and_stop_the_step() {
     );
     for (opt, says) in [
         ("--container-mode=pod", "per-task"),
-        ("--container-mounts=relative:/x", "absolute"),
+        ("--container-mounts=relative:/x", "use a path"),
         ("--container-image=not-in-store", "not in the store"),
     ] {
         let img = image(&sb, "debian-python");

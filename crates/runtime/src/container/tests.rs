@@ -13,6 +13,7 @@ fn spec(template: bool, extra: &[&str]) -> RunSpec {
         readonly: false,
         spec: t.into(),
         device: false,
+        options: Default::default(),
     };
     RunSpec {
         id: "c".into(),

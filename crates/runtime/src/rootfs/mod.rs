@@ -29,11 +29,13 @@ mod confine;
 mod dev;
 mod identity;
 mod mounts;
+mod options;
 #[cfg(test)]
 mod tests;
 
 pub use identity::IDENTITY_FILE_MAX;
 pub use mounts::{resolve_target, submounts, TargetKind};
+pub use options::{MountOptions, Propagation, TMPFS_OPTIONS};
 
 use mounts::{bind, exists_in_root, hide_dir, user_binds, BindHow};
 
@@ -52,6 +54,10 @@ pub struct Bind {
     /// injected GPU or network device).
     #[serde(default)]
     pub device: bool,
+    /// What else the user asked of the mount (noexec, propagation), or a
+    /// tmpfs in place of the bind.
+    #[serde(default)]
+    pub options: MountOptions,
 }
 
 /// What the root is for.

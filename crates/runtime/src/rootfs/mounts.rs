@@ -250,6 +250,8 @@ pub fn user_binds(k: &dyn Kernel, root: &OwnedFd, binds: &[Bind]) -> Result<()> 
     for b in binds {
         let result = if b.device {
             bind_device(k, &b.source, root, &b.target)
+        } else if let Some(data) = &b.options.tmpfs {
+            tmpfs(k, root, b, data)
         } else {
             let dir = std::fs::metadata(&b.source)
                 .map(|m| m.is_dir())
@@ -263,7 +265,7 @@ pub fn user_binds(k: &dyn Kernel, root: &OwnedFd, binds: &[Bind]) -> Result<()> 
                 readonly: b.readonly,
                 recursive: true,
             };
-            bind(k, &b.source, root, &b.target, how)
+            bind(k, &b.source, root, &b.target, how).and_then(|()| after_bind(k, root, b))
         };
         result.map_err(|e| Error::Bind {
             spec: b.spec.clone(),
@@ -273,6 +275,55 @@ pub fn user_binds(k: &dyn Kernel, root: &OwnedFd, binds: &[Bind]) -> Result<()> 
     Ok(())
 }
 
+/// A bind's own options once it is mounted: noexec, propagation.
+fn after_bind(k: &dyn Kernel, root: &OwnedFd, b: &Bind) -> Result<()> {
+    if b.options.noexec {
+        let at = resolve_target(k, root, &b.target, TargetKind::Dir)?;
+        let mut flags =
+            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_NOEXEC | locked_flags(&b.source);
+        if b.readonly {
+            flags |= libc::MS_RDONLY;
+        }
+        k.mount(None, &fd_path(&at), None, flags, None)
+            .map_err(|e| Error::sys("remount noexec", Some((&b.target).into()), e))?;
+    }
+    propagate(k, root, b)
+}
+
+/// Sets the propagation the user asked for on the mount at `b.target`.
+fn propagate(k: &dyn Kernel, root: &OwnedFd, b: &Bind) -> Result<()> {
+    if let Some(p) = b.options.propagation {
+        let at = resolve_target(k, root, &b.target, TargetKind::Dir)?;
+        k.mount(None, &fd_path(&at), None, p.flags(), None)
+            .map_err(|e| Error::sys("set the propagation of", Some((&b.target).into()), e))?;
+    }
+    Ok(())
+}
+
+/// A fresh tmpfs at `b.target` with tmpfs options `data` (nosuid and
+/// nodev, as every bind; read-only and noexec if asked).
+fn tmpfs(k: &dyn Kernel, root: &OwnedFd, b: &Bind, data: &str) -> Result<()> {
+    let at = resolve_target(k, root, &b.target, TargetKind::Dir)?;
+    let mut flags = libc::MS_NOSUID | libc::MS_NODEV;
+    if b.readonly {
+        flags |= libc::MS_RDONLY;
+    }
+    if b.options.noexec {
+        flags |= libc::MS_NOEXEC;
+    }
+    let data = (!data.is_empty()).then_some(data);
+    k.mount(
+        Some(Path::new("tmpfs")),
+        &fd_path(&at),
+        Some("tmpfs"),
+        flags,
+        data,
+    )
+    .map_err(|e| Error::sys("mount a tmpfs on", Some((&b.target).into()), e))?;
+    drop(at);
+    propagate(k, root, b)
+}
+
 /// Covers `hidden` (berth's runtime directory) with an empty read-only
 /// tmpfs wherever a bind shows it in the container (host /tmp holds
 /// `/tmp/berth-UID`; a home may hold `$XDG_RUNTIME_DIR`): what berth later
@@ -280,7 +331,10 @@ pub fn user_binds(k: &dyn Kernel, root: &OwnedFd, binds: &[Bind]) -> Result<()> 
 /// bundles) is out of the container's reach. Binds whose source cannot
 /// contain it cost no lookup.
 pub fn hide_dir(k: &dyn Kernel, root: &OwnedFd, binds: &[Bind], hidden: &Path) -> Result<()> {
-    for b in binds.iter().filter(|b| !b.device) {
+    for b in binds
+        .iter()
+        .filter(|b| !b.device && b.options.tmpfs.is_none())
+    {
         // The runtime directory is canonical (made by berth); a source
         // must be a prefix of it, in its real form, to show it.
         let Ok(rest) = hidden.strip_prefix(&b.source).or_else(|_| {

@@ -62,6 +62,7 @@ fn bind(source: &Path, target: &str, readonly: bool, device: bool) -> Bind {
         readonly,
         spec: target.to_string(),
         device,
+        options: Default::default(),
     }
 }
 
@@ -177,6 +178,46 @@ fn binds_get_nosuid_and_nodev_and_devices_keep_theirs() {
     // /sys too.
     let sys_remount = on("in-root:/sys")[1];
     assert_ne!(sys_remount & libc::MS_RDONLY, 0);
+}
+
+#[test]
+fn tmpfs_noexec_and_propagation_as_asked() {
+    let s = Scene::new();
+    let mut scratch = bind(Path::new("tmpfs"), "/scratch", false, false);
+    scratch.options = MountOptions {
+        tmpfs: Some("size=1m".into()),
+        noexec: true,
+        propagation: Some(Propagation::Private),
+    };
+    let mut data = bind(&s.data(), "/data", true, false);
+    data.options.noexec = true;
+    data.options.propagation = Some(Propagation::Runbindable);
+    let k = prepared(&s, &[scratch, data], |_| {});
+    let m = mounts(&k);
+    let on = |t: &str| -> Vec<(sys::MountFlags, Option<String>)> {
+        m.iter()
+            .filter(|(x, _, _)| x == t)
+            .map(|(_, f, fs)| (*f, fs.clone()))
+            .collect()
+    };
+    assert_eq!(
+        on("in-root:/scratch"),
+        vec![
+            (
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                Some("tmpfs".to_string())
+            ),
+            (libc::MS_PRIVATE, None),
+        ]
+    );
+    let data = on("in-root:/data");
+    assert_eq!(data.len(), 4, "{data:?}");
+    let noexec = data[2].0;
+    assert_eq!(
+        noexec & (libc::MS_REMOUNT | libc::MS_NOEXEC | libc::MS_RDONLY),
+        libc::MS_REMOUNT | libc::MS_NOEXEC | libc::MS_RDONLY
+    );
+    assert_eq!(data[3].0, libc::MS_UNBINDABLE | libc::MS_REC);
 }
 
 #[test]

@@ -88,6 +88,40 @@ pub struct Placement {
     pub linger: Duration,
     /// The image as named.
     pub image: String,
+    /// Which live container the task may join.
+    pub reuse: Reuse,
+}
+
+/// Which live container under a key a task joins, and whether it may
+/// create one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reuse {
+    /// One made from the same image with the same options (else the task
+    /// is refused); created if none runs.
+    #[default]
+    Same,
+    /// Whatever runs under the key, as it is (a named container of a
+    /// Slurm job, Pyxis's `auto`); created if none runs.
+    Any,
+    /// Whatever runs under the key, as it is; never created (a step that
+    /// names a container but no image).
+    Existing,
+    /// A new one: refused if one runs under the key.
+    New,
+}
+
+impl Reuse {
+    /// The word for it (`same`, `any`, `existing`, `new`).
+    pub fn parse(word: &str) -> Option<Self> {
+        Some(match word {
+            "same" => Reuse::Same,
+            "any" => Reuse::Any,
+            "existing" => Reuse::Existing,
+            "new" => Reuse::New,
+            _ => return None,
+        })
+    }
 }
 
 /// Whether `key` can name a shared container: 1 to 128 of `A-Za-z0-9._-`,
@@ -174,7 +208,13 @@ pub fn place(
     loop {
         let deciding = Deciding::begin(&dir, DECIDE_LOCK)?;
         let (info, share) = match read_alive(&dir) {
-            Some(info) if info.fingerprint != wanted => {
+            Some(info) if placement.reuse == Reuse::New => {
+                return Err(Error::Usage(format!(
+                    "shared container {key} already runs ({}); it was asked to be created anew",
+                    info.image
+                )))
+            }
+            Some(info) if info.fingerprint != wanted && placement.reuse == Reuse::Same => {
                 return Err(Error::Usage(format!(
                     "shared container {key} already runs {} with other options (binds, --writable, --fakeroot or the image differ); use another key, or the same options",
                     info.image
@@ -192,6 +232,7 @@ pub fn place(
                     continue;
                 }
             },
+            None if placement.reuse == Reuse::Existing => return Err(not_running(key)),
             None => {
                 let info = create::create(spec, &dir, placement, wanted.clone(), image_file, let_go)?;
                 (info, deciding.share()?)
@@ -204,6 +245,13 @@ pub fn place(
             job: spec.process.clone(),
         });
     }
+}
+
+/// The error for a container that does not run under `key`.
+pub fn not_running(key: &str) -> Error {
+    Error::Usage(format!(
+        "no shared container {key} runs on this node, and no image was given to create it (berth ps lists them; they go away with their last task)"
+    ))
 }
 
 /// Runs `job` in the live shared container `key` (`berth exec`).

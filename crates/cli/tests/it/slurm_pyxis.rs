@@ -1,0 +1,219 @@
+//! Pyxis's behaviours under berth's plugin, on the real test Slurm as the
+//! unprivileged user: what Pyxis's own bats suite checks (docs/pyxis-suite.md
+//! maps each of its tests), written for berth. A job script written for
+//! Pyxis must run unchanged.
+
+use std::path::Path;
+
+use crate::harness::{Out, Sandbox};
+use crate::slurm_spank::{image, sandbox};
+
+/// `srun -N1 ARGS` with extra variables in srun's environment, from the
+/// sandbox's directory.
+fn srun(sb: &Sandbox, env: &[(&str, &str)], args: &[&str]) -> Out {
+    let mut all = vec!["-N1"];
+    all.extend_from_slice(args);
+    let mut c = sb.command(Path::new("/usr/bin/srun"), &all);
+    c.env("SLURM_CONF", sb.env.var("BERTH_IT_SLURM_CONF"));
+    c.envs(env.iter().copied());
+    c.current_dir(sb.dir.path());
+    Out(c.output().unwrap())
+}
+
+fn last_line(out: &Out) -> String {
+    out.stdout().lines().last().unwrap_or_default().to_string()
+}
+
+#[test]
+#[cfg_attr(
+    not(berth_it_slurm),
+    ignore = "needs root, the test fixtures and berth's SPANK plugin: sudo bash tests/setup/setup.sh, then sudo bash tests/setup/slurm_plugin.sh target/debug"
+)]
+fn pyxis_environment_and_working_directory() {
+    let sb = sandbox();
+    let img = image(&sb, "debian-python");
+    // The job's variables pass in (env.bats 1); the image's ENV wins over
+    // them unless --container-env names them (env.bats 8); LANG is not
+    // passed unless named (env.bats 4, 9); TERM is the caller's (env.bats 2).
+    let vars = [
+        ("FOO", "bar"),
+        ("GREETING", "from the job"),
+        ("LANG", "xx_XX.UTF-8"),
+        ("TERM", "dumb"),
+    ];
+    let show = "echo \"$FOO|$GREETING|${LANG-unset}|$TERM\"";
+    let out = srun(&sb, &vars, &[&img, "sh", "-c", show]).ok();
+    assert_eq!(last_line(&out), "bar|hello from the image|unset|dumb");
+    let out = srun(
+        &sb,
+        &vars,
+        &[&img, "--container-env=GREETING,LANG", "sh", "-c", show],
+    )
+    .ok();
+    assert_eq!(last_line(&out), "bar|from the job|xx_XX.UTF-8|dumb");
+    // PYXIS_CONTAINER_ENV does the same where the command line is silent.
+    let mut with_var = vars.to_vec();
+    with_var.push(("PYXIS_CONTAINER_ENV", "GREETING"));
+    let out = srun(&sb, &with_var, &[&img, "sh", "-c", show]).ok();
+    assert_eq!(last_line(&out), "bar|from the job|unset|dumb");
+
+    // The image's WORKDIR, not the job's directory (workdir.bats 4); a
+    // relative --container-workdir is from / and `..` stops there
+    // (workdir.bats 2); PYXIS_CONTAINER_WORKDIR and the command line's
+    // precedence (env_vars.bats 5, 6).
+    assert_eq!(last_line(&srun(&sb, &[], &[&img, "pwd"]).ok()), "/srv/app");
+    let out = srun(&sb, &[], &[&img, "--container-workdir=../", "pwd"]).ok();
+    assert_eq!(last_line(&out), "/");
+    let wd = [("PYXIS_CONTAINER_WORKDIR", "/usr/local/bin")];
+    assert_eq!(
+        last_line(&srun(&sb, &wd, &[&img, "pwd"]).ok()),
+        "/usr/local/bin"
+    );
+    let out = srun(&sb, &wd, &[&img, "--container-workdir=/tmp", "pwd"]).ok();
+    assert_eq!(last_line(&out), "/tmp");
+
+    // PYXIS_CONTAINER_IMAGE alone makes a container step (env_vars.bats 1).
+    let reference = img.trim_start_matches("--container-image=");
+    let out = srun(
+        &sb,
+        &[("PYXIS_CONTAINER_IMAGE", reference)],
+        &[
+            "sh",
+            "-c",
+            "echo $container; grep -c bookworm /etc/os-release",
+        ],
+    )
+    .ok();
+    assert!(out.stdout().starts_with("berth\n"), "{}", out.stdout());
+}
+
+#[test]
+#[cfg_attr(
+    not(berth_it_slurm),
+    ignore = "needs root, the test fixtures and berth's SPANK plugin: sudo bash tests/setup/setup.sh, then sudo bash tests/setup/slurm_plugin.sh target/debug"
+)]
+fn pyxis_mounts_and_invalid_arguments() {
+    let sb = sandbox();
+    let img = image(&sb, "debian-python");
+    std::fs::write(
+        sb.dir.path().join("input.txt"),
+        "from the job's directory\n",
+    )
+    .unwrap();
+    sb.chown_to_user(sb.dir.path());
+    // Relative sources are the job's directory (mounts.bats 2, 4, 5), a
+    // lone path is bound where it is (10), tmpfs with its options (11,
+    // 12), +-joined flags with a propagation (8).
+    let script = "cat /in/input.txt /mnt-file; \
+        grep -q ' /test-mnt ' /proc/self/mountinfo && echo cwd-bound; \
+        awk '$5 == \"/mytmpfs\" {print $9, $NF}' /proc/self/mountinfo; \
+        touch /ro/x 2>&1 | grep -o 'Read-only file system'; \
+        awk '$5 == \"/ro\" {print $7}' /proc/self/mountinfo";
+    let out = srun(
+        &sb,
+        &[],
+        &[
+            &img,
+            "--container-mounts=./:/in,./input.txt:/mnt-file:ro,./:/test-mnt,tmpfs:/mytmpfs:size=1M+huge=never,/tmp:/ro:unbindable+ro",
+            "sh",
+            "-c",
+            script,
+        ],
+    )
+    .ok();
+    let text = out.stdout();
+    assert!(
+        text.contains("from the job's directory\nfrom the job's directory\ncwd-bound\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("tmpfs rw,") && text.contains("size=1024k"),
+        "{text}"
+    );
+    assert!(text.contains("Read-only file system\nunbindable"), "{text}");
+
+    // Every bad argument fails the step before a task starts, with one
+    // line saying why (invalid_args.bats, mounts.bats 9, 13, 14).
+    for (args, says) in [
+        (
+            vec!["--container-readonly", "--container-writable"],
+            "both --container-writable and --container-readonly",
+        ),
+        (vec!["--container-env=FOO,"], "empty item"),
+        (
+            vec!["--container-mounts=/home:../home"],
+            "leaves the container's root",
+        ),
+        (vec!["--container-mounts=devpts:/d:ro"], "use a path"),
+        (vec!["--container-mounts=/tmp:mnt:ro"], "must start with /"),
+        (vec!["--container-name=n:attach"], "unknown flag"),
+    ] {
+        let mut a = args.clone();
+        a.extend([img.as_str(), "true"]);
+        let out = srun(&sb, &[], &a);
+        assert_ne!(out.code(), 0, "{args:?}");
+        assert!(out.stderr().contains(says), "{args:?}: {}", out.stderr());
+        assert!(
+            !out.stderr().contains("task 0"),
+            "{args:?}: {}",
+            out.stderr()
+        );
+    }
+    // PYXIS_CONTAINER_MOUNTS, and the command line's precedence
+    // (env_vars.bats 3, 4).
+    let probe = "grep -o ' /mnt-[a-z]* ' /proc/self/mountinfo | sort -u";
+    let env = [("PYXIS_CONTAINER_MOUNTS", "/tmp:/mnt-env")];
+    let out = srun(&sb, &env, &[&img, "sh", "-c", probe]).ok();
+    assert_eq!(out.stdout(), " /mnt-env \n");
+    let out = srun(
+        &sb,
+        &env,
+        &[&img, "--container-mounts=/tmp:/mnt-cli", "sh", "-c", probe],
+    )
+    .ok();
+    assert_eq!(out.stdout(), " /mnt-cli \n");
+}
+
+#[test]
+#[cfg_attr(
+    not(berth_it_slurm),
+    ignore = "needs root, the test fixtures and berth's SPANK plugin: sudo bash tests/setup/setup.sh, then sudo bash tests/setup/slurm_plugin.sh target/debug"
+)]
+fn pyxis_named_containers_are_joined_with_or_without_the_image() {
+    let sb = sandbox();
+    let img = image(&sb, "debian-python");
+    // Made writable by one step; later steps join it by name alone, or
+    // with the image and other options, and see its changes (name.bats 2,
+    // exec.bats); a name that runs nowhere on the node fails the step
+    // (invalid_args.bats 5); mounts given when joining are ignored, with
+    // a line saying so (exec.bats 5); create on a running one is refused.
+    let steps = format!(
+        "srun -N1 --container-name=dev --container-writable {img} sh -c 'echo kept > /marker'; \
+         echo \"one=$?\"; \
+         srun -N1 --container-name=dev cat /marker; echo \"two=$?\"; \
+         srun -N1 --container-name=dev {img} --container-remap-root cat /marker; echo \"three=$?\"; \
+         srun -N1 --container-name=dev:exec --container-mounts=/tmp:/mnt-late sh -c 'test -d /mnt-late || echo no-mnt-late'; \
+         srun -N1 --container-name=dev:create {img} true; echo \"create=$?\"; \
+         srun -N1 --container-name=nothere true; echo \"nothere=$?\""
+    );
+    let mut c = sb.command(Path::new("/usr/bin/salloc"), &["-N1", "sh", "-c", &steps]);
+    c.env("SLURM_CONF", sb.env.var("BERTH_IT_SLURM_CONF"));
+    c.current_dir(sb.dir.path());
+    let out = Out(c.output().unwrap());
+    let (text, err) = (out.stdout(), out.stderr());
+    for want in [
+        "one=0\n",
+        "kept\ntwo=0\n",
+        "kept\nthree=0\n",
+        "no-mnt-late\n",
+    ] {
+        assert!(text.contains(want), "{want:?} in:\n{text}\n{err}");
+    }
+    assert!(
+        !text.contains("create=0") && !text.contains("nothere=0"),
+        "{text}\n{err}"
+    );
+    assert!(err.contains("ignoring the mounts of this run"), "{err}");
+    assert!(err.contains("already runs"), "{err}");
+    assert!(err.contains("no image was given to create it"), "{err}");
+}

@@ -179,6 +179,11 @@ pub struct ConfigFile {
     /// and without certificate verification.
     #[serde(default)]
     pub insecure_registries: Vec<String>,
+    /// Mirrors to pull from, by the registry they mirror
+    /// (`registry_mirrors = { "docker.io" = ["mirror.site:5000"] }`): tried
+    /// in order before the registry itself, for the same repository path.
+    #[serde(default)]
+    pub registry_mirrors: std::collections::BTreeMap<String, Vec<String>>,
     /// Squashfs settings for new images.
     pub squashfs: Option<SquashfsSettings>,
     /// Run-time settings.
@@ -232,6 +237,8 @@ impl ConfigFile {
         }
         self.shared_stores.extend(over.shared_stores);
         self.insecure_registries.extend(over.insecure_registries);
+        // A later file's list for a registry replaces the earlier one.
+        self.registry_mirrors.extend(over.registry_mirrors);
         if over.squashfs.is_some() {
             self.squashfs = over.squashfs;
         }
@@ -325,6 +332,8 @@ pub struct Config {
     pub shared_stores: Vec<PathBuf>,
     /// Registries allowed over plain HTTP / without TLS verification.
     pub insecure_registries: Vec<String>,
+    /// Mirrors to pull from first, by the registry they mirror.
+    pub registry_mirrors: std::collections::BTreeMap<String, Vec<String>>,
     /// Squashfs settings for new images.
     pub squashfs: SquashfsSettings,
     /// Run-time settings.
@@ -383,6 +392,7 @@ impl Config {
             store,
             shared_stores,
             insecure_registries: file.insecure_registries,
+            registry_mirrors: file.registry_mirrors,
             squashfs: file.squashfs.unwrap_or_default(),
             runtime: file.runtime.unwrap_or_default(),
             network: file.network.unwrap_or_default(),
@@ -391,6 +401,14 @@ impl Config {
             system_config: env.system_config_path(),
             files,
         })
+    }
+
+    /// The mirrors of `registry` (`docker.io`, `host:port`), in order.
+    pub fn mirrors_of(&self, registry: &str) -> &[String] {
+        self.registry_mirrors
+            .get(registry)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
     }
 
     /// Whether `registry` (`host[:port]`) is listed as insecure.
@@ -443,12 +461,12 @@ mod tests {
     #[test]
     fn merge_user_over_site() {
         let site = ConfigFile::parse(
-            "store = \"/site\"\nshared_stores = [\"/lustre/berth\"]\ninsecure_registries = [\"reg:5000\"]\n",
+            "store = \"/site\"\nshared_stores = [\"/lustre/berth\"]\ninsecure_registries = [\"reg:5000\"]\nregistry_mirrors = { \"docker.io\" = [\"hub.site:5000\"], \"ghcr.io\" = [\"a:1\"] }\n",
             Path::new("site"),
         )
         .unwrap();
         let user = ConfigFile::parse(
-            "store = \"/mine\"\ninsecure_registries = [\"localhost:5000\"]\n[squashfs]\ncompressor = \"lz4\"\n",
+            "store = \"/mine\"\ninsecure_registries = [\"localhost:5000\"]\nregistry_mirrors = { \"ghcr.io\" = [\"b:2\"] }\n[squashfs]\ncompressor = \"lz4\"\n",
             Path::new("user"),
         )
         .unwrap();
@@ -456,6 +474,9 @@ mod tests {
         assert_eq!(c.store, PathBuf::from("/mine"));
         assert_eq!(c.shared_stores, vec![PathBuf::from("/lustre/berth")]);
         assert!(c.is_insecure("reg:5000") && c.is_insecure("localhost:5000"));
+        assert_eq!(c.mirrors_of("docker.io"), ["hub.site:5000"]);
+        assert_eq!(c.mirrors_of("ghcr.io"), ["b:2"]);
+        assert!(c.mirrors_of("quay.io").is_empty());
         assert_eq!(c.squashfs.compressor, "lz4");
         assert_eq!(c.squashfs.block_size, 128 * 1024);
     }

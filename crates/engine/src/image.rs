@@ -91,10 +91,13 @@ fn from_store(config: &Config, image: &str) -> Result<StoredImage> {
         Ok(img) => Ok(img),
         Err(berth_image::Error::ImageNotInStore(_)) => Err(Error::NotInStore {
             image: image.to_string(),
-            // A reference naming a registry is pulled first, as podman does.
+            // A reference is pulled first, as podman and Docker do: one
+            // naming a registry from there, a short name (`ubuntu:24.04`)
+            // from Docker Hub (or its mirrors); an id never.
             pullable: match reference::names_registry(image) {
                 true => Some(Box::new(ImageRef::parse(image)?)),
-                false => None,
+                false if reference::looks_like_id(image) => None,
+                false => ImageRef::parse(image).ok().map(Box::new),
             },
         }),
         Err(e) => Err(e.into()),

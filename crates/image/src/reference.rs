@@ -130,6 +130,18 @@ pub fn canonical(text: &str) -> std::result::Result<Cow<'_, str>, String> {
     Ok(Cow::Owned(format!("{registry}/{image}")))
 }
 
+/// Whether `text` is an image id or an id's prefix (`sha256:...`, or 12 or
+/// more lowercase hex digits) rather than a name: such a text is looked up
+/// in the store and never pulled.
+pub fn looks_like_id(text: &str) -> bool {
+    let hex = text.strip_prefix("sha256:").unwrap_or(text);
+    text.starts_with("sha256:")
+        || (hex.len() >= 12
+            && hex
+                .chars()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()))
+}
+
 /// Whether a reference's first component names a registry (Docker's rule:
 /// it holds a `.` or a `:` or is `localhost`, and more components follow).
 pub fn names_registry(text: &str) -> bool {

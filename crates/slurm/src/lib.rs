@@ -29,6 +29,7 @@
 
 pub mod epilog;
 pub mod gather;
+pub mod images;
 pub mod mounts;
 pub mod options;
 

@@ -95,7 +95,7 @@ impl BerthPlugin {
     fn resolve(&self, image: &str) -> Result<String, Box<dyn Error>> {
         // A SIF or squashfs file: its absolute path (the tasks run in the
         // same file, on a filesystem the nodes share).
-        if options::names_a_file(image) {
+        if crate::images::names_a_file(image) {
             let path = std::fs::canonicalize(image)
                 .map_err(|e| fail(format!("berth: container image file {image}: {e}")))?;
             if !path.is_file() {
@@ -108,22 +108,36 @@ impl BerthPlugin {
                 .map(str::to_string)
                 .ok_or_else(|| fail(format!("berth: container image path {image} is not UTF-8")));
         }
-        let (args, what): (Vec<&str>, &str) = if options::names_registry(image) {
-            (vec!["pull", "-q", image], "pull")
-        } else {
-            (vec!["inspect", image], "find")
+        // A registry reference is pulled (its tag's digest now); a short
+        // name is the store's if it has it, else pulled from Docker Hub or
+        // its mirrors, as Pyxis and enroot pull it; an id is the store's.
+        let run = |args: &[&str], stderr: std::process::Stdio| {
+            Command::new(&self.berth)
+                .args(args)
+                .envs(options::settings_to_restore(|k| std::env::var(k).ok()))
+                .stderr(stderr)
+                .output()
+                .map_err(|e| {
+                    fail(format!(
+                        "berth: cannot run {}: {e} (set berth=PATH in plugstack.conf)",
+                        self.berth
+                    ))
+                })
         };
-        let out = Command::new(&self.berth)
-            .args(&args)
-            .envs(options::settings_to_restore(|k| std::env::var(k).ok()))
-            .stderr(std::process::Stdio::inherit())
-            .output()
-            .map_err(|e| {
-                fail(format!(
-                    "berth: cannot run {}: {e} (set berth=PATH in plugstack.conf)",
-                    self.berth
-                ))
-            })?;
+        let pull = || run(&["pull", "-q", image], std::process::Stdio::inherit());
+        let (out, what) = if crate::images::names_registry(image) {
+            (pull()?, "pull")
+        } else {
+            let found = run(&["inspect", image], std::process::Stdio::piped())?;
+            if found.status.success() || crate::images::looks_like_id(image) {
+                if !found.status.success() {
+                    eprint!("{}", String::from_utf8_lossy(&found.stderr));
+                }
+                (found, "find")
+            } else {
+                (pull()?, "pull")
+            }
+        };
         if !out.status.success() {
             return Err(fail(format!(
                 "berth: cannot {what} image {image} for this job (the reason is above)"

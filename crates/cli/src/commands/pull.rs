@@ -50,6 +50,8 @@ pub fn registry_options(
 
 /// Pulls `reference` into `store` under its name, reporting progress
 /// (the body of `berth pull`, and of `berth run`'s pull of an unknown image).
+/// The registry's mirrors (`registry_mirrors`) are tried first, in order;
+/// the registry itself is tried when every mirror failed.
 pub fn pull_into(
     config: &berth_config::Config,
     store: &berth_image::store::Store,
@@ -59,8 +61,62 @@ pub fn pull_into(
     creds: Option<&str>,
     quiet: bool,
 ) -> Result<berth_image::store::StoredImage> {
-    let options = registry_options(reference, tls_verify, creds, config)?;
-    let registry = Registry::new(reference, options)?;
+    for mirror in config.mirrors_of(reference.registry()) {
+        let from = match mirrored(reference, mirror) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(
+                    "registry mirror {mirror:?} of {}: {e}",
+                    reference.registry()
+                );
+                continue;
+            }
+        };
+        // --creds are for the registry named; a mirror's come from the auth files.
+        match pull_from(
+            config, store, reference, &from, platform, tls_verify, None, quiet,
+        ) {
+            Ok(image) => return Ok(image),
+            Err(e) => eprintln!(
+                "berth: warning: mirror {mirror} of {}: {}; trying the next",
+                reference.registry(),
+                crate::exit::message(&e)
+            ),
+        }
+    }
+    pull_from(
+        config, store, reference, reference, platform, tls_verify, creds, quiet,
+    )
+}
+
+/// `reference`'s repository and tag or digest at the registry `mirror`.
+fn mirrored(reference: &ImageRef, mirror: &str) -> Result<ImageRef> {
+    let pin = match (reference.digest(), reference.tag()) {
+        (Some(d), _) => format!("@{d}"),
+        (None, Some(t)) => format!(":{t}"),
+        (None, None) => String::new(),
+    };
+    Ok(ImageRef::parse(&format!(
+        "{mirror}/{}{pin}",
+        reference.repository()
+    ))?)
+}
+
+/// Pulls `from` (the registry's reference or a mirror's) into `store`,
+/// named as `reference`.
+#[allow(clippy::too_many_arguments)]
+fn pull_from(
+    config: &berth_config::Config,
+    store: &berth_image::store::Store,
+    reference: &ImageRef,
+    from: &ImageRef,
+    platform: &Platform,
+    tls_verify: bool,
+    creds: Option<&str>,
+    quiet: bool,
+) -> Result<berth_image::store::StoredImage> {
+    let options = registry_options(from, tls_verify, creds, config)?;
+    let registry = Registry::new(from, options)?;
     let reporter = Reporter::new(quiet, &reference.to_string());
     let opts = ConvertOptions {
         squashfs: &config.squashfs,
@@ -68,7 +124,7 @@ pub fn pull_into(
         names: vec![reference.store_name()],
         progress: &reporter,
     };
-    let image = berth_image::pull::pull(store, &registry, reference, platform, &opts)?;
+    let image = berth_image::pull::pull(store, &registry, from, platform, &opts)?;
     reporter.done(&image);
     Ok(image)
 }

@@ -119,11 +119,17 @@ fn start(
             image,
             pullable: Some(reference),
         }) => {
-            eprintln!("berth: {image} is not in the store; pulling it");
+            eprintln!("berth: {image} is not in the store; pulling {reference}");
             let store = ctx.store(&config)?;
             let platform = berth_image::platform::Platform::host();
             let tls = c.tls.tls_verify;
-            super::pull::pull_into(&config, &store, &reference, &platform, tls, None, false)?;
+            super::pull::pull_into(&config, &store, &reference, &platform, tls, None, false)
+                .map_err(|e| {
+                    anyhow!(
+                        "image {image:?} is not in the store, and pulling it as {reference} failed: {}",
+                        crate::exit::message(&e)
+                    )
+                })?;
             // The pull started threads; the run path forks and enters
             // namespaces, which wants a single-threaded process: start over.
             Err(reexec())

@@ -72,6 +72,39 @@ fn pyxis_environment_and_working_directory() {
     let out = srun(&sb, &wd, &[&img, "--container-workdir=/tmp", "pwd"]).ok();
     assert_eq!(last_line(&out), "/tmp");
 
+    // A short name is pulled from Docker Hub, here from its mirror (the
+    // test registry): docker_image.bats's `ubuntu:24.04`; an image that is
+    // nowhere fails the step once, before any task (docker_image.bats 18).
+    let out = srun(
+        &sb,
+        &[],
+        &[
+            "--container-image=berth-test/debian-python",
+            "cat",
+            "/etc/debian_version",
+        ],
+    )
+    .ok();
+    assert!(last_line(&out).starts_with("12"), "{}", out.stdout());
+    let out = srun(
+        &sb,
+        &[],
+        &[
+            "--ntasks=2",
+            "--container-image=thisimagedoesntexist",
+            "true",
+        ],
+    );
+    assert_ne!(out.code(), 0);
+    let err = out.stderr();
+    assert_eq!(
+        err.matches("cannot pull image thisimagedoesntexist")
+            .count(),
+        1,
+        "{err}"
+    );
+    assert!(!err.contains("task 0"), "{err}");
+
     // PYXIS_CONTAINER_IMAGE alone makes a container step (env_vars.bats 1).
     let reference = img.trim_start_matches("--container-image=");
     let out = srun(

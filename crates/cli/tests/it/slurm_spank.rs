@@ -27,7 +27,12 @@ pub(crate) fn sandbox() -> Sandbox {
     fs::create_dir_all(&conf).unwrap();
     fs::write(
         conf.join("berth.toml"),
-        format!("insecure_registries = [\"{}\"]\n", sb.env.anon()),
+        // The test registry stands for Docker Hub's mirror: short names
+        // (`berth-test/debian-python`) are pulled from it.
+        format!(
+            "insecure_registries = [\"{r}\"]\nregistry_mirrors = {{ \"docker.io\" = [\"{r}\"] }}\n",
+            r = sb.env.anon()
+        ),
     )
     .unwrap();
     sb.chown_to_user(&sb.home());
@@ -311,7 +316,10 @@ fn spank_errors_reach_srun_and_stop_the_step() {
     for (opt, says) in [
         ("--container-mode=pod", "per-task"),
         ("--container-mounts=relative:/x", "use a path"),
-        ("--container-image=not-in-store", "not in the store"),
+        (
+            "--container-image=not-in-store",
+            "cannot pull image not-in-store",
+        ),
     ] {
         let img = image(&sb, "debian-python");
         let args: Vec<&str> = if opt.starts_with("--container-image") {

@@ -32,6 +32,7 @@ pub mod gather;
 pub mod images;
 pub mod mounts;
 pub mod options;
+pub mod pmix;
 
 #[cfg(not(test))]
 mod plugin;

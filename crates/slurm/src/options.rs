@@ -341,6 +341,15 @@ pub fn berth_argv(
     a
 }
 
+/// Under `--container-remap-root` with the home bound, the home is also
+/// root's (`HOME:/root`), as enroot mounts it: root's HOME is /root there.
+pub fn root_home_bind(opts: &Options, home: Option<&str>) -> Option<String> {
+    let home = home?.trim_end_matches('/');
+    let plain = home.starts_with('/') && !home.contains([':', ',']) && home != "/root";
+    (opts.remap_root && opts.mount_home && plain && !home.is_empty())
+        .then(|| format!("{home}:/root"))
+}
+
 /// berth's settings a job was submitted with. The tasks of an srun in a
 /// batch script start from the script's container environment, which does
 /// not have them; a `SLURM_` copy passes through the container.
@@ -526,6 +535,21 @@ mod tests {
             a.contains("--reuse existing") && !a.contains(" img "),
             "{a}"
         );
+    }
+
+    #[test]
+    fn roots_home_is_the_users_home_under_remap_root() {
+        let mut o = Options::default();
+        assert_eq!(root_home_bind(&o, Some("/home/u")), None);
+        apply(&mut o, "container-remap-root", None).unwrap();
+        assert_eq!(
+            root_home_bind(&o, Some("/home/u/")).as_deref(),
+            Some("/home/u:/root")
+        );
+        assert_eq!(root_home_bind(&o, Some("rel")), None);
+        assert_eq!(root_home_bind(&o, None), None);
+        apply(&mut o, "no-container-mount-home", None).unwrap();
+        assert_eq!(root_home_bind(&o, Some("/home/u")), None);
     }
 
     #[test]

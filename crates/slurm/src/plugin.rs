@@ -272,6 +272,15 @@ unsafe impl Plugin for BerthPlugin {
                 extra.push(format!("{dir}:{dir}:ro"));
             }
         }
+        extra.extend(crate::pmix::binds(&env, |d| Path::new(d).is_dir()));
+        let home = env
+            .iter()
+            .find(|(k, _)| k == "HOME")
+            .map(|(_, v)| v.as_str());
+        extra.extend(options::root_home_bind(
+            &opts,
+            home.filter(|h| Path::new(h).is_dir()),
+        ));
         let mut opts = opts;
         if step == Step::Batch {
             opts.modules.extend(self.batch_modules.iter().cloned());

@@ -72,6 +72,32 @@ fn pyxis_environment_and_working_directory() {
     let out = srun(&sb, &wd, &[&img, "--container-workdir=/tmp", "pwd"]).ok();
     assert_eq!(last_line(&out), "/tmp");
 
+    // Under --container-remap-root root's home /root is the user's home
+    // (mount_home.bats 1, 3; env.bats 3: HOME from the job).
+    let probe =
+        "echo $HOME $(id -u) $(awk '$5 == \"/root\" {print \"mounted\"}' /proc/self/mountinfo)";
+    let out = srun(
+        &sb,
+        &[],
+        &[&img, "--container-remap-root", "sh", "-c", probe],
+    )
+    .ok();
+    assert_eq!(last_line(&out), "/root 0 mounted");
+    let out = srun(
+        &sb,
+        &[],
+        &[
+            &img,
+            "--container-remap-root",
+            "--no-container-mount-home",
+            "sh",
+            "-c",
+            probe,
+        ],
+    )
+    .ok();
+    assert_eq!(last_line(&out), "/root 0");
+
     // A short name is pulled from Docker Hub, here from its mirror (the
     // test registry): docker_image.bats's `ubuntu:24.04`; an image that is
     // nowhere fails the step once, before any task (docker_image.bats 18).
@@ -164,6 +190,12 @@ fn pyxis_mounts_and_invalid_arguments() {
         "{text}"
     );
     assert!(text.contains("Read-only file system\nunbindable"), "{text}");
+
+    // srun --mpi=pmix: the PMIx server's directory is mounted in the
+    // container (mpi.bats 1).
+    let probe = "d=${PMIX_SERVER_TMPDIR%/}; [ -n \"$d\" ] && grep -q \" $d \" /proc/self/mountinfo && echo pmix-dir-mounted";
+    let out = srun(&sb, &[], &["--mpi=pmix", "-n2", &img, "sh", "-c", probe]).ok();
+    assert_eq!(out.stdout(), "pmix-dir-mounted\npmix-dir-mounted\n");
 
     // Every bad argument fails the step before a task starts, with one
     // line saying why (invalid_args.bats, mounts.bats 9, 13, 14).

@@ -63,17 +63,26 @@ pub fn annotations(values: &[String]) -> Result<Vec<(String, String)>> {
 }
 
 /// What the site's modules add to every run, and what `req` adds for
-/// `command` (the command's path, for hooks' `when`).
+/// `command` (the command's path, for hooks' `when`); `implicit_gpus`:
+/// the GPUs the environment asks for without `--gpus`
+/// ([`berth_inject::gpu::from_environment`]).
 pub fn plans(
     config: &Config,
     req: &RunRequest,
     command: &str,
     annotations: &[(String, String)],
+    implicit_gpus: Option<String>,
 ) -> Result<(Plan, Plan)> {
     let site = site(config)?;
+    // --gpus, else what NVIDIA_VISIBLE_DEVICES asks for where the node has
+    // an NVIDIA GPU (elsewhere a CUDA image runs without one, as enroot's
+    // hook lets it).
+    let gpus = req
+        .gpus
+        .clone()
+        .or_else(|| implicit_gpus.filter(|_| site.has_nvidia()));
     let request = berth_inject::Request {
-        gpus: req
-            .gpus
+        gpus: gpus
             .as_deref()
             .map(berth_inject::gpu::Selection::parse)
             .transpose()?,

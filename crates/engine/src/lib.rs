@@ -141,7 +141,14 @@ pub fn prepare(
     // prepared once, with the user's other common binds) and what this run
     // asks for.
     let annotations = inject::annotations(&req.annotations)?;
-    let (always, requested) = inject::plans(config, req, &argv[0], &annotations)?;
+    let image_env: Vec<(String, String)> = run
+        .env
+        .iter()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let implicit = berth_inject::gpu::from_environment(&caller.env, &image_env);
+    let (always, requested) = inject::plans(config, req, &argv[0], &annotations, implicit)?;
     always.apply_env(&mut env);
     requested.apply_env(&mut env);
     let run_binds = binds::run_binds(binds::BindInputs {

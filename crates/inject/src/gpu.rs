@@ -106,6 +106,54 @@ const AMD_LIBS: &[&str] = &[
 /// ROCm's host tools.
 const AMD_PROGRAMS: &[&str] = &["rocm-smi", "amd-smi", "rocminfo"];
 
+/// Whether the node has an NVIDIA GPU to give: a CDI spec of
+/// `nvidia.com/gpu` in `cdi`, or the driver's control device.
+pub fn node_has_nvidia(host: &HostPaths, cdi: &crate::cdi::Registry) -> bool {
+    cdi.has_kind("nvidia.com/gpu")
+        || MountKind::of(&host.device("nvidiactl").0) == Some(MountKind::Device)
+}
+
+/// The GPUs an environment asks for as enroot's NVIDIA hook reads it:
+/// `NVIDIA_VISIBLE_DEVICES` from `caller` (the task's environment), else
+/// from `image` (its ENV: every CUDA image sets `all`). `void`, `none` or
+/// empty ask for none. Under Slurm the selection is taken among the GPUs
+/// of the step (`SLURM_STEP_GPUS`, else `SLURM_JOB_GPUS`: the node's
+/// indices): `all` is those, index `i` the i-th of them.
+pub fn from_environment(caller: &[(String, String)], image: &[(String, String)]) -> Option<String> {
+    let get = |env: &[(String, String)], k: &str| {
+        env.iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.trim().to_string())
+    };
+    let wanted =
+        get(caller, "NVIDIA_VISIBLE_DEVICES").or_else(|| get(image, "NVIDIA_VISIBLE_DEVICES"))?;
+    if matches!(wanted.as_str(), "" | "void" | "none") {
+        return None;
+    }
+    let given: Option<Vec<String>> = get(caller, "SLURM_STEP_GPUS")
+        .or_else(|| get(caller, "SLURM_JOB_GPUS"))
+        .filter(|g| !g.is_empty())
+        .map(|g| g.split(',').map(|i| i.trim().to_string()).collect());
+    let Some(given) = given else {
+        return Some(wanted);
+    };
+    if wanted == "all" {
+        return Some(given.join(","));
+    }
+    let picked: Vec<String> = wanted
+        .split(',')
+        .map(str::trim)
+        .map(|w| match w.parse::<usize>() {
+            Ok(i) => given
+                .get(i)
+                .cloned()
+                .unwrap_or_else(|| format!("{w}-not-in-step")),
+            Err(_) => w.to_string(),
+        })
+        .collect();
+    Some(picked.join(","))
+}
+
 /// Adds the node's GPUs (NVIDIA first, else AMD) to `plan`.
 pub fn discover(sel: &Selection, host: &HostPaths, plan: &mut Plan) -> Result<(), InjectError> {
     let (nvidiactl, _) = host.device("nvidiactl");
@@ -364,6 +412,41 @@ fn amd(sel: &Selection, host: &HostPaths, plan: &mut Plan) -> Result<(), InjectE
 
 /// The CDI kind of the node's GPU vendor, for `--gpus` when a spec exists.
 pub const CDI_KINDS: &[&str] = &["nvidia.com/gpu", "amd.com/gpu"];
+
+#[cfg(test)]
+mod environment_tests {
+    use super::from_environment;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn nvidia_visible_devices_as_enroots_hook_reads_it() {
+        let cuda_image = env(&[("NVIDIA_VISIBLE_DEVICES", "all")]);
+        assert_eq!(from_environment(&[], &cuda_image).as_deref(), Some("all"));
+        assert_eq!(from_environment(&[], &[]), None);
+        let void = env(&[("NVIDIA_VISIBLE_DEVICES", "void")]);
+        assert_eq!(from_environment(&void, &cuda_image), None);
+        let one = env(&[("NVIDIA_VISIBLE_DEVICES", "1")]);
+        assert_eq!(from_environment(&one, &cuda_image).as_deref(), Some("1"));
+        // Under Slurm: among the step's GPUs.
+        let step = env(&[("SLURM_STEP_GPUS", "2,3")]);
+        assert_eq!(from_environment(&step, &cuda_image).as_deref(), Some("2,3"));
+        let mut first = step.clone();
+        first.extend(env(&[("NVIDIA_VISIBLE_DEVICES", "0")]));
+        assert_eq!(from_environment(&first, &[]).as_deref(), Some("2"));
+        let mut uuid = step;
+        uuid.extend(env(&[("NVIDIA_VISIBLE_DEVICES", "GPU-ab,5")]));
+        assert_eq!(
+            from_environment(&uuid, &[]).as_deref(),
+            Some("GPU-ab,5-not-in-step")
+        );
+    }
+}
 
 #[cfg(test)]
 mod tests {

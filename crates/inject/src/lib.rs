@@ -95,6 +95,13 @@ impl Site {
         Ok(plan)
     }
 
+    /// Whether an NVIDIA GPU can be given on this node (a CDI spec, or the
+    /// driver's devices): GPUs an image asks for only by its
+    /// `NVIDIA_VISIBLE_DEVICES` are given where there are some.
+    pub fn has_nvidia(&self) -> bool {
+        gpu::node_has_nvidia(&self.host, &cdi::Registry::load(&self.host.cdi_spec_dirs))
+    }
+
     /// What this run asks for: GPUs (CDI when a spec exists, else
     /// discovery) and the modules for GPUs, devices, the MPI modules, then
     /// the modules asked for by name (those that apply always are already

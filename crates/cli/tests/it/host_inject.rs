@@ -240,3 +240,70 @@ fn dry_run_shows_the_plan_and_starts_nothing() {
     let n = fs::read_dir(&keepers).map(|d| d.count()).unwrap_or(0);
     assert_eq!(n, 0, "a keeper was started for a dry run");
 }
+
+/// GPUs without --gpus, as enroot's NVIDIA hook gives them (Pyxis's
+/// env.bats 5-7): NVIDIA_VISIBLE_DEVICES of the caller, else of the image
+/// (every CUDA image sets `all`); `void` gives none; under Slurm the index
+/// is among the step's GPUs. On a node without a GPU the same image runs
+/// without one.
+#[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
+fn gpus_from_nvidia_visible_devices() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    site(&sb, "cdi-empty");
+    let probe_ref = probe(&sb);
+    // An image that asks for every GPU, as nvidia/cuda images do.
+    let ctx = sb.dir.path().join("cuda-like");
+    fs::create_dir_all(&ctx).unwrap();
+    fs::write(
+        ctx.join("Dockerfile"),
+        format!("FROM {probe_ref}\nENV NVIDIA_VISIBLE_DEVICES=all\n"),
+    )
+    .unwrap();
+    sb.chown_to_user(&ctx);
+    sb.run(&[
+        "build",
+        "--tls-verify=false",
+        "-t",
+        "cuda-like",
+        &ctx.to_string_lossy(),
+    ])
+    .ok();
+    let with = |vars: &[(&str, &str)], image: &str| {
+        let mut c = sb.berth(&["run", image, "/bin/sh", "-c", SHOW]);
+        c.envs(vars.iter().copied());
+        crate::harness::Out(c.output().unwrap())
+    };
+    let out = with(&[], "cuda-like").ok().stdout();
+    assert!(
+        out.contains("devices=2") && out.contains("visible=all"),
+        "{out}"
+    );
+    let out = with(&[("NVIDIA_VISIBLE_DEVICES", "void")], "cuda-like").stdout();
+    assert!(!out.contains("nvidia"), "{out}");
+    let out = with(&[("NVIDIA_VISIBLE_DEVICES", "1")], &probe_ref)
+        .ok()
+        .stdout();
+    assert!(out.contains("devices=1") && lists(&out, "nvidia1"), "{out}");
+    // Slurm gave the step GPU 1: "all" and index 0 mean that one.
+    let out = with(&[("SLURM_STEP_GPUS", "1")], "cuda-like").ok().stdout();
+    assert!(out.contains("devices=1") && lists(&out, "nvidia1"), "{out}");
+    assert!(!lists(&out, "nvidia0"), "{out}");
+    // A node without a GPU: the CUDA image runs, without a driver.
+    fs::write(sb.dir.path().join("no-site-config.toml"), "").unwrap();
+    let out = crate::harness::Out(
+        sb.berth(&["run", "cuda-like", "cuda-probe"])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(out.code(), 2, "{}", out.stderr());
+    assert!(
+        out.stderr().contains("dlopen libcuda.so.1"),
+        "{}",
+        out.stderr()
+    );
+}

@@ -195,6 +195,9 @@ pub struct ContainerArgs {
     /// Give the container its own PID namespace, with a reaping init.
     #[arg(long)]
     pub pid: bool,
+    /// Namespaces of its own: net (an empty network, as --net=none), ipc (System V IPC and a private /dev/shm), uts (the hostname can be set inside, as root); comma-separated.
+    #[arg(long = "unshare", value_name = "net,ipc,uts", value_delimiter = ',')]
+    pub unshare: Vec<String>,
     /// Network: host (default) or none.
     #[arg(long, default_value = "host", value_parser = ["host", "none"])]
     pub net: String,

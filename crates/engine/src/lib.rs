@@ -112,6 +112,10 @@ pub fn prepare(
     };
     let mode = identity::id_mode(caller, req.fakeroot);
     // Bad options fail before anything is pulled or started.
+    let own = Unshare::parse(&req.unshare)?;
+    if let Some(info) = &attached {
+        own.check_joinable(info)?;
+    }
     let seccomp = security_options(&req.security_opt, mode)?;
     if let Some(s) = &req.shared {
         shared::validate_key(&s.key)?;
@@ -151,6 +155,11 @@ pub fn prepare(
     let (always, requested) = inject::plans(config, req, &argv[0], &annotations, implicit)?;
     always.apply_env(&mut env);
     requested.apply_env(&mut env);
+    // An IPC namespace of its own comes with a /dev/shm of its own.
+    let mut tmpfs = req.tmpfs.clone();
+    if own.ipc {
+        tmpfs.push("/dev/shm:mode=1777".to_string());
+    }
     let run_binds = binds::run_binds(binds::BindInputs {
         site: &config.runtime.binds,
         home: caller.home.as_deref(),
@@ -158,7 +167,7 @@ pub fn prepare(
         host_root: mode == IdMode::HostRoot,
         cwd: &caller.cwd,
         volumes: &req.volumes,
-        tmpfs: &req.tmpfs,
+        tmpfs: &tmpfs,
         site_always: inject::binds(&always),
         injected: inject::binds(&requested),
     })?;
@@ -223,7 +232,9 @@ pub fn prepare(
         // Real root always gets a PID namespace: its CAP_KILL then reaches
         // the container's processes only.
         pid_ns: req.pid || mode == IdMode::HostRoot,
-        net_none: req.net_none,
+        net_none: req.net_none || own.net,
+        ipc_ns: own.ipc,
+        uts_ns: own.uts,
         hooks: inject::hooks(&plan),
         annotations,
         preflight: inject::preflight(&plan),
@@ -246,6 +257,51 @@ pub fn prepare(
             node_lock: found.lock,
         },
     })
+}
+
+/// `--unshare`: the namespaces a run asks to have of its own.
+#[derive(Debug, Clone, Copy, Default)]
+struct Unshare {
+    net: bool,
+    ipc: bool,
+    uts: bool,
+}
+
+impl Unshare {
+    fn parse(names: &[String]) -> Result<Self> {
+        let mut u = Unshare::default();
+        for name in names.iter().flat_map(|n| n.split(',')) {
+            match name.trim() {
+                "net" => u.net = true,
+                "ipc" => u.ipc = true,
+                "uts" => u.uts = true,
+                other => {
+                    return Err(Error::Usage(format!(
+                        "--unshare {other:?}: unknown namespace (use net, ipc or uts)"
+                    )))
+                }
+            }
+        }
+        Ok(u)
+    }
+
+    /// A run joining the running container `info` cannot get namespaces
+    /// the container lacks.
+    fn check_joinable(&self, info: &shared::SharedInfo) -> Result<()> {
+        for (asked, name, what) in [
+            (self.net, "net", "network"),
+            (self.ipc, "ipc", "IPC"),
+            (self.uts, "uts", "UTS"),
+        ] {
+            if asked && !info.namespaces.iter().any(|n| n == name) {
+                return Err(Error::Usage(format!(
+                    "shared container {} is not in a separate {what} namespace; it runs as it was made (--unshare applies to a new container)",
+                    info.key
+                )));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The live shared container a run joins as it is (`Reuse::Any` or

@@ -40,6 +40,8 @@ pub struct RunRequest {
     pub pid: bool,
     /// `--net none`.
     pub net_none: bool,
+    /// `--unshare NS,...`: `net`, `ipc`, `uts`.
+    pub unshare: Vec<String>,
     /// `--timing`.
     pub timing: bool,
     /// `--gpus`.

@@ -27,6 +27,7 @@
 //!   a TaskProlog and propagated resource limits do not apply there.
 //! - job epilog (root, each node): named containers of the job go.
 
+pub mod carried;
 pub mod epilog;
 pub mod gather;
 pub mod images;

@@ -47,6 +47,8 @@ pub struct Options {
     pub gpus: Option<String>,
     /// `--container-modules` (`mpi` is the host MPI, `berth run --mpi`).
     pub modules: Vec<String>,
+    /// `--container-unshare`: `net`, `ipc`, `uts`.
+    pub unshare: Vec<String>,
 }
 
 impl Default for Options {
@@ -66,6 +68,7 @@ impl Default for Options {
             mode: Mode::Shared,
             gpus: None,
             modules: Vec::new(),
+            unshare: Vec::new(),
         }
     }
 }
@@ -194,6 +197,18 @@ pub fn apply(opts: &mut Options, name: &str, value: Option<&str>) -> Result<(), 
         }
         "container-gpus" => opts.gpus = Some(need(value)?),
         "container-modules" => opts.modules.extend(comma_list(name, &need(value)?)?),
+        "container-unshare" => {
+            for ns in comma_list(name, &need(value)?)? {
+                if !matches!(ns.as_str(), "net" | "ipc" | "uts") {
+                    return Err(format!(
+                        "--container-unshare: unknown namespace {ns:?} (net, ipc or uts)"
+                    ));
+                }
+                if !opts.unshare.contains(&ns) {
+                    opts.unshare.push(ns);
+                }
+            }
+        }
         other => return Err(format!("unknown option --{other}")),
     }
     Ok(())
@@ -234,6 +249,7 @@ pub const OPTIONS: &[(&str, Option<&str>, &str)] = &[
     ("container-mode", Some("shared|per-task"), "[berth] one container per node that all tasks join (shared, default) or one per task"),
     ("container-gpus", Some("all|LIST"), "[berth] GPUs to give the container (berth run --gpus)"),
     ("container-modules", Some("NAME[,NAME...]"), "[berth] site modules to apply; mpi replaces the image's MPI with the host's"),
+    ("container-unshare", Some("net,ipc,uts"), "[berth] namespaces of the container's own (the node's tasks share them): net (no network but loopback), ipc, uts"),
 ];
 
 /// How long a named container stays after its last task when the plugin
@@ -322,6 +338,10 @@ pub fn berth_argv(
     if opts.remap_root {
         a.push("--fakeroot".into());
     }
+    if !opts.unshare.is_empty() {
+        a.push("--unshare".into());
+        a.push(opts.unshare.join(","));
+    }
     if let Some(g) = &opts.gpus {
         a.push("--gpus".into());
         a.push(g.clone());
@@ -350,41 +370,6 @@ pub fn root_home_bind(opts: &Options, home: Option<&str>) -> Option<String> {
         .then(|| format!("{home}:/root"))
 }
 
-/// berth's settings a job was submitted with. The tasks of an srun in a
-/// batch script start from the script's container environment, which does
-/// not have them; a `SLURM_` copy passes through the container.
-pub const CARRIED_SETTINGS: &[&str] = &[
-    "BERTH_STORE",
-    "BERTH_SYSTEM_CONFIG",
-    "XDG_CONFIG_HOME",
-    "XDG_DATA_HOME",
-];
-
-/// The name of the copy of `setting` that travels with the job.
-pub fn carried_name(setting: &str) -> String {
-    format!("SLURM_BERTH_ENV_{setting}")
-}
-
-/// The copies to export at submission: `(SLURM_BERTH_ENV_X, value)` for
-/// each carried setting that `get` has (and no copy of yet).
-pub fn settings_to_carry(get: impl Fn(&str) -> Option<String>) -> Vec<(String, String)> {
-    CARRIED_SETTINGS
-        .iter()
-        .filter(|s| get(&carried_name(s)).is_none())
-        .filter_map(|s| Some((carried_name(s), get(s).filter(|v| !v.is_empty())?)))
-        .collect()
-}
-
-/// The settings to restore for a task or a resolution: `(X, value)` for
-/// each carried copy whose setting `get` lacks.
-pub fn settings_to_restore(get: impl Fn(&str) -> Option<String>) -> Vec<(String, String)> {
-    CARRIED_SETTINGS
-        .iter()
-        .filter(|s| get(s).is_none())
-        .filter_map(|s| Some((s.to_string(), get(&carried_name(s))?)))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -396,37 +381,6 @@ mod tests {
             argv: vec!["/usr/bin/hostname".into(), "-s".into()],
             cwd: None,
         }
-    }
-
-    #[test]
-    fn settings_travel_as_slurm_copies_and_never_override() {
-        let submit = |k: &str| match k {
-            "BERTH_STORE" => Some("/scratch/me/store".to_string()),
-            "XDG_DATA_HOME" => Some(String::new()),
-            _ => None,
-        };
-        assert_eq!(
-            settings_to_carry(submit),
-            vec![(
-                "SLURM_BERTH_ENV_BERTH_STORE".to_string(),
-                "/scratch/me/store".to_string()
-            )]
-        );
-        // In the script's container: only the copy is there.
-        let inside =
-            |k: &str| (k == "SLURM_BERTH_ENV_BERTH_STORE").then(|| "/scratch/me/store".to_string());
-        assert_eq!(
-            settings_to_restore(inside),
-            vec![("BERTH_STORE".to_string(), "/scratch/me/store".to_string())]
-        );
-        // A task that has its own value keeps it; nothing is copied twice.
-        let both = |k: &str| match k {
-            "BERTH_STORE" => Some("/mine".to_string()),
-            "SLURM_BERTH_ENV_BERTH_STORE" => Some("/job".to_string()),
-            _ => None,
-        };
-        assert!(settings_to_restore(both).is_empty());
-        assert!(settings_to_carry(both).is_empty());
     }
 
     #[test]

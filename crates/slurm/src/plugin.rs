@@ -84,7 +84,7 @@ impl BerthPlugin {
             std::env::set_var(IMAGE_VAR, &id);
             std::env::set_var(REF_VAR, image);
         }
-        for (k, v) in options::settings_to_carry(|k| std::env::var(k).ok()) {
+        for (k, v) in crate::carried::settings_to_carry(|k| std::env::var(k).ok()) {
             std::env::set_var(k, v);
         }
         Ok(())
@@ -114,7 +114,9 @@ impl BerthPlugin {
         let run = |args: &[&str], stderr: std::process::Stdio| {
             Command::new(&self.berth)
                 .args(args)
-                .envs(options::settings_to_restore(|k| std::env::var(k).ok()))
+                .envs(crate::carried::settings_to_restore(|k| {
+                    std::env::var(k).ok()
+                }))
                 .stderr(stderr)
                 .output()
                 .map_err(|e| {
@@ -237,7 +239,7 @@ unsafe impl Plugin for BerthPlugin {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         // berth's settings from submission, for the steps of a batch script.
-        let restored = options::settings_to_restore(|k| {
+        let restored = crate::carried::settings_to_restore(|k| {
             env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
         });
         env.extend(restored);

@@ -80,6 +80,7 @@ fn request(image: &str, c: &ContainerArgs) -> RunRequest {
         no_home: c.no_home,
         pid: c.pid,
         net_none: c.net == "none",
+        unshare: c.unshare.clone(),
         timing: c.timing,
         gpus: c.gpus.clone(),
         devices: c.devices.clone(),

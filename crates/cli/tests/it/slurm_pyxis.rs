@@ -282,3 +282,144 @@ fn pyxis_named_containers_are_joined_with_or_without_the_image() {
     assert!(err.contains("already runs"), "{err}");
     assert!(err.contains("no image was given to create it"), "{err}");
 }
+
+#[test]
+#[cfg_attr(
+    not(berth_it_slurm),
+    ignore = "needs root, the test fixtures and berth's SPANK plugin: sudo bash tests/setup/setup.sh, then sudo bash tests/setup/slurm_plugin.sh target/debug"
+)]
+fn pyxis_unshare_gives_the_nodes_tasks_their_own_namespaces() {
+    let sb = sandbox();
+    let img = image(&sb, "debian-python");
+    let host = |ns: &str| std::fs::read_link(format!("/proc/self/ns/{ns}")).unwrap();
+    let host_ns = format!(
+        "{}\n{}\n{}",
+        host("net").display(),
+        host("ipc").display(),
+        host("uts").display()
+    );
+    // Four tasks share one set, none the host's (unshare*.bats "creates",
+    // "multiple tasks").
+    let show =
+        "readlink /proc/self/ns/net /proc/self/ns/ipc /proc/self/ns/uts | tr '\\n' ' '; echo";
+    let out = srun(
+        &sb,
+        &[],
+        &[
+            "-n4",
+            "-O",
+            &img,
+            "--container-unshare=net,ipc,uts",
+            "sh",
+            "-c",
+            show,
+        ],
+    )
+    .ok();
+    let all = out.stdout();
+    let lines: std::collections::BTreeSet<&str> = all.lines().collect();
+    assert_eq!(lines.len(), 1, "{}", out.stdout());
+    let mine = lines.iter().next().unwrap().split(' ').collect::<Vec<_>>();
+    for (inside, outside) in mine.iter().zip(host_ns.lines()) {
+        assert_ne!(*inside, outside, "{}", out.stdout());
+    }
+    // Without it, the host's (the "no --container-unshare" tests).
+    let out = srun(&sb, &[], &[&img, "sh", "-c", show]).ok();
+    assert_eq!(out.stdout().trim(), host_ns.replace('\n', " "));
+    // The network: loopback only; the IPC namespace: its own /dev/shm; the
+    // UTS namespace: root inside sets the hostname, the node's stays.
+    let probe =
+        "bash -c 'echo > /dev/tcp/127.0.0.1/65535' 2>&1 | grep -o -m1 'Connection refused'; \
+        bash -c 'echo > /dev/tcp/8.8.8.8/53' 2>&1 | grep -o -m1 'Network is unreachable'; \
+        stat -c %d /dev/shm; hostname container-test && hostname";
+    let out = srun(
+        &sb,
+        &[("PYXIS_CONTAINER_UNSHARE", "net,ipc,uts")],
+        &[&img, "--container-remap-root", "sh", "-c", probe],
+    )
+    .ok();
+    let shm = std::fs::metadata("/dev/shm").map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        m.dev()
+    });
+    let text = out.stdout();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines.first().copied(),
+        Some("Connection refused"),
+        "{text}{}",
+        out.stderr()
+    );
+    assert_eq!(
+        lines.get(1).copied(),
+        Some("Network is unreachable"),
+        "{text}"
+    );
+    assert_ne!(
+        lines.get(2).map(|d| d.to_string()),
+        shm.ok().map(|d| d.to_string()),
+        "{text}"
+    );
+    assert_eq!(lines.get(3).copied(), Some("container-test"), "{text}");
+    assert_ne!(
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .unwrap()
+            .trim(),
+        "container-test"
+    );
+    // The same in a container of one task (no anchor holds them).
+    let out = srun(
+        &sb,
+        &[],
+        &[
+            &img,
+            "--container-mode=per-task",
+            "--container-unshare=net,uts,ipc",
+            "--container-remap-root",
+            "sh",
+            "-c",
+            probe,
+        ],
+    )
+    .ok();
+    assert!(
+        out.stdout()
+            .starts_with("Connection refused\nNetwork is unreachable\n")
+            && out.stdout().ends_with("\ncontainer-test\n"),
+        "{}",
+        out.stdout()
+    );
+    // Unknown names fail the step (unshare.bats 1, 2); a named container
+    // keeps its namespaces for the steps that join it, and one without
+    // them cannot be given them (the "joins existing" and "on existing
+    // container without" tests).
+    let out = srun(&sb, &[], &[&img, "--container-unshare=net,foo", "true"]);
+    assert_ne!(out.code(), 0);
+    assert!(
+        out.stderr().contains("unknown namespace"),
+        "{}",
+        out.stderr()
+    );
+    let steps = format!(
+        "srun -N1 --container-name=u --container-unshare=net {img} true; \
+         srun -N1 --container-name=u readlink /proc/self/ns/net; \
+         srun -N1 --container-name=plain {img} true; \
+         srun -N1 --container-name=plain --container-unshare=net true; echo \"plain=$?\""
+    );
+    let mut c = sb.command(Path::new("/usr/bin/salloc"), &["-N1", "sh", "-c", &steps]);
+    c.env("SLURM_CONF", sb.env.var("BERTH_IT_SLURM_CONF"));
+    c.current_dir(sb.dir.path());
+    let out = Out(c.output().unwrap());
+    let text = out.stdout();
+    assert!(text.starts_with("net:["), "{text}{}", out.stderr());
+    assert!(
+        !text.starts_with(&format!("{}\n", host("net").display())),
+        "{text}"
+    );
+    assert!(!text.contains("plain=0"), "{text}");
+    assert!(
+        out.stderr().contains("not in a separate network namespace"),
+        "{}",
+        out.stderr()
+    );
+}

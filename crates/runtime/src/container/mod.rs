@@ -126,6 +126,12 @@ pub struct RunSpec {
     pub pid_ns: bool,
     /// Empty network namespace.
     pub net_none: bool,
+    /// Own IPC namespace, with a private /dev/shm.
+    #[serde(default)]
+    pub ipc_ns: bool,
+    /// Own UTS namespace (the hostname can be set inside).
+    #[serde(default)]
+    pub uts_ns: bool,
     /// OCI hooks to run, each at its stage.
     pub hooks: Vec<Hook>,
     /// Annotations (for hooks' `when` and their OCI state).
@@ -423,6 +429,7 @@ pub fn build(
         ))
     })?;
     become_user(k, spec, lease)?;
+    own_ipc_and_uts(k, spec)?;
     k.set_no_new_privs()
         .map_err(|e| Error::sys("set no_new_privs", None, e))?;
     // startContainer hooks run in the container, their paths the image's.
@@ -442,6 +449,24 @@ fn set_all(env: &mut Vec<(String, String)>, vars: Vec<(String, String)>) {
         env.retain(|(n, _)| *n != k);
         env.push((k, v));
     }
+}
+
+/// The container's own IPC and UTS namespaces, when asked: made in the
+/// user namespace the command runs in (still with its capabilities there,
+/// before `exec`), so that root inside may set the hostname.
+fn own_ipc_and_uts(k: &dyn Kernel, spec: &RunSpec) -> Result<()> {
+    let mut flags = UnshareFlags::empty();
+    if spec.ipc_ns {
+        flags |= UnshareFlags::NEWIPC;
+    }
+    if spec.uts_ns {
+        flags |= UnshareFlags::NEWUTS;
+    }
+    if flags.is_empty() {
+        return Ok(());
+    }
+    k.unshare(flags)
+        .map_err(|e| Error::sys("unshare the IPC and UTS namespaces", None, e))
 }
 
 /// Leaves root of the keeper's user namespace for the container's user.

@@ -47,6 +47,8 @@ fn spec(template: bool, extra: &[&str]) -> RunSpec {
         writable: false,
         pid_ns: false,
         net_none: false,
+        ipc_ns: false,
+        uts_ns: false,
         hooks: vec![],
         annotations: vec![],
         preflight: None,

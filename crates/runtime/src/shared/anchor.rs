@@ -41,9 +41,9 @@ pub fn anchor_main(args: &[String]) -> i32 {
 
 /// Takes over the handed descriptors and joins the container.
 fn join_container(k: &dyn Kernel, args: &[String]) -> Result<Anchor> {
-    let [users, key_lock, devnull, ready, mntns, userns, share, linger] = args else {
+    let [users, key_lock, devnull, ready, mntns, userns, share, linger, others] = args else {
         return Err(Error::Setup(
-            "usage: berth __holder USERS KEY_LOCK DEVNULL READY MNTNS USERNS SHARE LINGER_MS"
+            "usage: berth __holder USERS KEY_LOCK DEVNULL READY MNTNS USERNS SHARE LINGER_MS NET=FD,IPC=FD,UTS=FD|-"
                 .into(),
         ));
     };
@@ -67,17 +67,48 @@ fn join_container(k: &dyn Kernel, args: &[String]) -> Result<Anchor> {
                 .map_err(|_| Error::Setup(format!("bad linger {linger:?}")))?,
         ),
     };
+    let mut own = Vec::new();
+    for item in others.split(',').filter(|s| *s != "-" && !s.is_empty()) {
+        let (kind, fd) = item
+            .split_once('=')
+            .ok_or_else(|| Error::Setup(format!("bad namespace {item:?}")))?;
+        let kind = match kind {
+            "net" => Namespace::Net,
+            "ipc" => Namespace::Ipc,
+            "uts" => Namespace::Uts,
+            other => return Err(Error::Setup(format!("unknown namespace {other:?}"))),
+        };
+        own.push((kind, OwnedFd::from(take(&fd.to_string())?)));
+    }
     let mntns = take(mntns)?;
     k.setns(mntns.as_fd(), Namespace::Mount)
         .map_err(|e| Error::sys("join the container's mount namespace", None, e))?;
     drop(mntns);
+    // The network namespace belongs to the keeper's user namespace, IPC
+    // and UTS to the container's: each is joined where the anchor holds
+    // the capability to.
+    join_own(k, &own, |kind| kind == Namespace::Net)?;
     if userns != "-" {
         let ns = take(userns)?;
         k.setns(ns.as_fd(), Namespace::User)
             .map_err(|e| Error::sys("join the container's user namespace", None, e))?;
     }
+    join_own(k, &own, |kind| kind != Namespace::Net)?;
     let _ = std::env::set_current_dir("/");
     Ok(anchor)
+}
+
+/// Joins those of the container's own namespaces that `which` picks.
+fn join_own(
+    k: &dyn Kernel,
+    own: &[(Namespace, OwnedFd)],
+    which: impl Fn(Namespace) -> bool,
+) -> Result<()> {
+    for (kind, fd) in own.iter().filter(|(kind, _)| which(*kind)) {
+        k.setns(fd.as_fd(), *kind)
+            .map_err(|e| Error::sys("join the container's namespace", None, e))?;
+    }
+    Ok(())
 }
 
 /// The anchor's life, in the container it just joined: tell the creator

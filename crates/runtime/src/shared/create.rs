@@ -73,7 +73,7 @@ pub(super) fn create(
         }
     }
     let anchor = if read_ready(ready_read) {
-        start_anchor(&LINUX, spec.identity.mode, dir, lease, builder, placement)
+        start_anchor(&LINUX, spec, dir, lease, builder, placement)
     } else {
         Err(Error::Setup(format!(
             "shared container {key} could not be set up (the reason is above)"
@@ -101,6 +101,10 @@ pub(super) fn create(
             .unwrap_or(0),
         workdir: spec.process.workdir.clone(),
         env: spec.process.env.clone(),
+        namespaces: super::own_namespaces(spec)
+            .into_iter()
+            .map(|(_, name)| name.to_string())
+            .collect(),
     };
     let path = dir.join("info.json");
     let json = serde_json::to_vec(&info).map_err(|e| Error::Setup(e.to_string()))?;
@@ -121,7 +125,7 @@ fn read_ready(pipe: OwnedFd) -> bool {
 /// pid once it is in the container.
 fn start_anchor(
     k: &dyn Kernel,
-    mode: IdMode,
+    spec: &RunSpec,
     dir: &Path,
     lease: &KeeperLease,
     builder: i32,
@@ -135,7 +139,22 @@ fn start_anchor(
         .write(true)
         .open("/dev/null")
         .map_err(|e| Error::io("open", "/dev/null", e))?;
+    let mode = spec.identity.mode;
     let mntns = node::open_ns(builder, "mnt")?;
+    // The container's other namespaces, as KIND=FD for the anchor.
+    let mut others: Vec<(&str, OwnedFd)> = Vec::new();
+    for (_, name) in super::own_namespaces(spec) {
+        others.push((name, node::open_ns(builder, name)?));
+    }
+    let others_arg = if others.is_empty() {
+        "-".to_string()
+    } else {
+        others
+            .iter()
+            .map(|(name, fd)| format!("{name}={}", fd.as_raw_fd()))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
     let userns = match mode {
         IdMode::Identity | IdMode::FakeRoot => Some(node::open_ns(builder, "user")?),
         IdMode::HostRoot => None,
@@ -153,17 +172,15 @@ fn start_anchor(
         userns.as_ref().map_or("-".into(), |ns| fd(ns)),
         fd(share),
         placement.linger.as_millis().to_string(),
+        others_arg,
     ];
     let pid = match sys::fork().map_err(|e| Error::Setup(format!("fork: {e}")))? {
         Fork::Child => {
             drop(ready_read);
-            exec_anchor(
-                k,
-                lease,
-                &args,
-                &[&users, &key_lock, &devnull, &ready_write, &mntns, share],
-                userns.as_ref(),
-            )
+            let mut handed: Vec<&dyn AsFd> =
+                vec![&users, &key_lock, &devnull, &ready_write, &mntns, share];
+            handed.extend(others.iter().map(|(_, fd)| fd as &dyn AsFd));
+            exec_anchor(k, lease, &args, &handed, userns.as_ref())
         }
         Fork::Parent(pid) => pid,
     };

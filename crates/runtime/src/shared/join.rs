@@ -23,6 +23,8 @@ struct Entry {
     mntns: OwnedFd,
     /// The container's user namespace (nested in the keeper's).
     inner_userns: Option<OwnedFd>,
+    /// The container's own network, IPC and UTS namespaces.
+    own: Vec<(Namespace, OwnedFd)>,
     mode: IdMode,
 }
 
@@ -44,6 +46,19 @@ pub(super) fn join(info: &SharedInfo, job: &Process, share: Share) -> Result<i32
             IdMode::Identity | IdMode::FakeRoot => Some(node::open_ns(info.pid, "user")?),
             IdMode::HostRoot => None,
         },
+        own: info
+            .namespaces
+            .iter()
+            .filter_map(|name| {
+                let kind = match name.as_str() {
+                    "net" => Namespace::Net,
+                    "ipc" => Namespace::Ipc,
+                    "uts" => Namespace::Uts,
+                    _ => return None,
+                };
+                Some(node::open_ns(info.pid, name).map(|fd| (kind, fd)))
+            })
+            .collect::<Result<_>>()?,
         mode,
     };
     // The pid could have been recycled between reading the record and
@@ -78,10 +93,25 @@ fn enter_and_exec(k: &dyn Kernel, entry: Entry, job: &Process) -> Result<std::co
     }
     k.setns(entry.mntns.as_fd(), Namespace::Mount)
         .map_err(|e| Error::sys("join the container's mount namespace", None, e))?;
+    // Its network namespace belongs to the keeper's user namespace, its
+    // IPC and UTS ones to the container's (see container::build).
+    let join_own = |net: bool| -> Result<()> {
+        for (kind, fd) in entry
+            .own
+            .iter()
+            .filter(|(k, _)| (*k == Namespace::Net) == net)
+        {
+            k.setns(fd.as_fd(), *kind)
+                .map_err(|e| Error::sys("join the container's namespace", None, e))?;
+        }
+        Ok(())
+    };
+    join_own(true)?;
     if let Some(ns) = &entry.inner_userns {
         k.setns(ns.as_fd(), Namespace::User)
             .map_err(|e| Error::sys("join the container's user namespace", None, e))?;
     }
+    join_own(false)?;
     if entry.mode == IdMode::HostRoot {
         k.restrict_bounding_set(sys::ROOT_KEEPS)
             .map_err(|e| Error::sys("drop capabilities", None, e))?;

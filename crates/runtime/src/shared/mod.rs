@@ -65,6 +65,28 @@ pub struct SharedInfo {
     pub workdir: String,
     /// The creating task's environment (`berth exec` starts from it).
     pub env: Vec<(String, String)>,
+    /// The namespaces of its own beyond mount and user (`net`, `ipc`,
+    /// `uts`), which joining tasks enter too.
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+}
+
+/// The namespaces of its own a container of `spec` has beyond mount and
+/// user, by their /proc/PID/ns names: the network namespace is made in
+/// the keeper's user namespace, IPC and UTS in the command's.
+pub fn own_namespaces(spec: &RunSpec) -> Vec<(crate::sys::Namespace, &'static str)> {
+    use crate::sys::Namespace;
+    let mut out = Vec::new();
+    if spec.net_none {
+        out.push((Namespace::Net, "net"));
+    }
+    if spec.ipc_ns {
+        out.push((Namespace::Ipc, "ipc"));
+    }
+    if spec.uts_ns {
+        out.push((Namespace::Uts, "uts"));
+    }
+    out
 }
 
 /// A shared container that is alive, as `berth ps` shows it.
@@ -165,6 +187,8 @@ fn fingerprint(spec: &RunSpec) -> String {
         "writable": spec.writable,
         "mode": spec.identity.mode.as_str(),
         "net_none": spec.net_none,
+        "ipc": spec.ipc_ns,
+        "uts": spec.uts_ns,
     })
     .to_string()
 }

@@ -139,6 +139,9 @@ impl Kernel for Linux {
         let kind = match kind {
             Namespace::User => LinkNameSpaceType::User,
             Namespace::Mount => LinkNameSpaceType::Mount,
+            Namespace::Net => LinkNameSpaceType::Network,
+            Namespace::Ipc => LinkNameSpaceType::InterProcessCommunication,
+            Namespace::Uts => LinkNameSpaceType::HostNameAndNISDomainName,
         };
         rustix::thread::move_into_link_name_space(fd, Some(kind))
     }

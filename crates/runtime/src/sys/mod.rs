@@ -54,6 +54,12 @@ pub enum Namespace {
     User,
     /// A mount namespace.
     Mount,
+    /// A network namespace.
+    Net,
+    /// An IPC namespace (System V IPC, POSIX message queues).
+    Ipc,
+    /// A UTS namespace (host and domain name).
+    Uts,
 }
 
 /// Mount attributes [`Kernel::set_mount_attr_recursive`] can add.

@@ -110,6 +110,10 @@ pub struct Task {
     pub argv: Vec<String>,
     /// The task's working directory (the job's; berth binds it).
     pub cwd: Option<String>,
+    /// The node's name in Slurm (`SLURMD_NODENAME`): slurmd's running
+    /// on one host (Slurm's multiple-slurmd mode, the test cluster) have
+    /// their containers apart.
+    pub node: Option<String>,
 }
 
 /// A comma-separated list; an empty item (`A,,B`, `A,`) is an error.
@@ -259,11 +263,24 @@ pub const NAMED_LINGER_SECONDS: u64 = 3600;
 
 /// The shared container key of a task's step (or of its named container).
 pub fn key(opts: &Options, task: &Task) -> String {
-    match (&opts.name, task.step) {
+    let base = match (&opts.name, task.step) {
         (Some(name), _) => format!("slurm-{}-{name}", task.job_id),
         (None, Step::Batch) => format!("slurm-{}.batch", task.job_id),
         (None, Step::Interactive) => format!("slurm-{}.interactive", task.job_id),
         (None, Step::Id(n)) => format!("slurm-{}.{n}", task.job_id),
+    };
+    let node: String = task
+        .node
+        .as_deref()
+        .unwrap_or_default()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        .take(48)
+        .collect();
+    if node.is_empty() {
+        base
+    } else {
+        format!("{base}.{node}")
     }
 }
 
@@ -380,6 +397,7 @@ mod tests {
             step,
             argv: vec!["/usr/bin/hostname".into(), "-s".into()],
             cwd: None,
+            node: None,
         }
     }
 
@@ -513,6 +531,9 @@ mod tests {
         let a = berth_argv("b", &o, Some("img"), &task(Step::Id(0)), &[], 0);
         assert!(!a.contains(&"--shared".to_string()));
         assert_eq!(key(&o, &task(Step::Batch)), "slurm-42.batch");
+        let mut on = task(Step::Id(7));
+        on.node = Some("nid0012/x".into());
+        assert_eq!(key(&o, &on), "slurm-42.7.nid0012x");
         assert_eq!(key(&o, &task(Step::Interactive)), "slurm-42.interactive");
     }
 

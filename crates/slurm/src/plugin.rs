@@ -294,6 +294,10 @@ unsafe impl Plugin for BerthPlugin {
             cwd: std::env::current_dir()
                 .ok()
                 .and_then(|d| d.to_str().map(str::to_string)),
+            node: env
+                .iter()
+                .find(|(k, _)| k == "SLURMD_NODENAME")
+                .map(|(_, v)| v.clone()),
         };
         if opts.name.is_some() {
             note_state_dir(&env, task.job_id);

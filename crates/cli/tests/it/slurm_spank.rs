@@ -279,7 +279,7 @@ fn spank_batch_job_and_named_container_across_steps() {
     assert!(
         lines
             .iter()
-            .any(|l| l.starts_with("slurm-") && l.ends_with("-dev")),
+            .any(|l| l.starts_with("slurm-") && l.contains("-dev.n")),
         "{out}"
     );
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);

@@ -31,6 +31,7 @@ mod error;
 pub mod identity;
 pub mod image;
 pub mod inject;
+pub mod launcher;
 pub mod node_cache;
 pub mod request;
 
@@ -139,18 +140,20 @@ pub fn prepare(
     let inside = identity::inside(mode, caller);
     let fixed = identity::fixed_env(&inside, &caller.hostname);
     let mut env = semantics::environment(&defaults, &user, &caller.env, &fixed)?;
-    let cwd = caller.cwd.to_str().filter(|_| !req.workdir_image);
-    let workdir = semantics::workdir(&defaults, &user, cwd)?;
-    // Host resources: what every run gets (site modules that apply always:
-    // prepared once, with the user's other common binds) and what this run
-    // asks for.
-    let annotations = inject::annotations(&req.annotations)?;
     let image_env: Vec<(String, String)> = run
         .env
         .iter()
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
+    let launcher = launcher::pytorch(&image_env, &caller.env, &env);
+    env.extend(launcher);
+    let cwd = caller.cwd.to_str().filter(|_| !req.workdir_image);
+    let workdir = semantics::workdir(&defaults, &user, cwd)?;
+    // Host resources: what every run gets (site modules that apply always:
+    // prepared once, with the user's other common binds) and what this run
+    // asks for.
+    let annotations = inject::annotations(&req.annotations)?;
     let implicit = berth_inject::gpu::from_environment(&caller.env, &image_env);
     let (always, requested) = inject::plans(config, req, &argv[0], &annotations, implicit)?;
     always.apply_env(&mut env);

@@ -53,6 +53,34 @@ const VARIABLES: &[(&str, Var)] = &[
     ),
 ];
 
+/// Whether `key` is one of [`site_default`]'s.
+pub fn is_site_default(key: &str) -> bool {
+    matches!(key, "writable" | "mount_home" | "remap_root")
+}
+
+/// The site's defaults from plugstack.conf arguments, as enroot's
+/// configuration gives Pyxis its defaults: `writable=` (enroot's
+/// `ENROOT_ROOTFS_WRITABLE`), `mount_home=` (`ENROOT_MOUNT_HOME`),
+/// `remap_root=` (`ENROOT_REMAP_ROOT`), each `yes` or `no`. `None` when
+/// `key` is none of them.
+pub fn site_default(site: &mut Options, key: &str, value: &str) -> Option<Result<(), String>> {
+    let slot = match key {
+        "writable" => &mut site.writable,
+        "mount_home" => &mut site.mount_home,
+        "remap_root" => &mut site.remap_root,
+        _ => return None,
+    };
+    Some(match boolean(value) {
+        Some(b) => {
+            *slot = b;
+            Ok(())
+        }
+        None => Err(format!(
+            "berth plugin: {key}={value} in plugstack.conf: use yes or no"
+        )),
+    })
+}
+
 /// Pyxis's booleans: `1 true yes y` and `0 false no n`; anything else is
 /// not a boolean (the variable is then ignored).
 fn boolean(v: &str) -> Option<bool> {
@@ -63,11 +91,13 @@ fn boolean(v: &str) -> Option<bool> {
     }
 }
 
-/// The options: `given(name)` says how srun's command line gave each of
-/// [`OPTIONS`], `env(name)` reads the job's environment. A variable
-/// applies only where its option (or the option's negation) is not on
-/// the command line. Errors say what is wrong.
+/// The options: `site` holds the site's defaults (plugstack.conf),
+/// `given(name)` says how srun's command line gave each of [`OPTIONS`],
+/// `env(name)` reads the job's environment. A variable applies only where
+/// its option (or the option's negation) is not on the command line.
+/// Errors say what is wrong.
 pub fn gather(
+    site: &Options,
     given: impl Fn(&str) -> Given,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Options, String> {
@@ -78,7 +108,7 @@ pub fn gather(
             ));
         }
     }
-    let mut o = Options::default();
+    let mut o = site.clone();
     // Variables first, so that the command line overrides them.
     for (var, what) in VARIABLES {
         let Some(value) = env(var).filter(|v| !v.is_empty()) else {
@@ -119,7 +149,7 @@ mod tests {
                 .find(|(k, _)| *k == n)
                 .map(|(_, v)| v.to_string())
         };
-        gather(given, env)
+        gather(&Options::default(), given, env)
     }
 
     #[test]
@@ -167,6 +197,24 @@ mod tests {
         assert_eq!(o.image.as_deref(), Some("ubuntu:24.04"));
         assert_eq!(o.mounts, ["/tmp:/mnt-cli"]);
         assert!(!o.writable && !o.remap_root);
+    }
+
+    #[test]
+    fn site_defaults_come_first() {
+        let mut site = Options::default();
+        assert_eq!(site_default(&mut site, "writable", "yes"), Some(Ok(())));
+        assert_eq!(site_default(&mut site, "mount_home", "n"), Some(Ok(())));
+        assert!(site_default(&mut site, "remap_root", "maybe").is_some_and(|r| r.is_err()));
+        assert_eq!(site_default(&mut site, "berth", "/x"), None);
+        let o = gather(&site, |_| None, |_| None).unwrap();
+        assert!(o.writable && !o.mount_home && !o.remap_root);
+        let o = gather(
+            &site,
+            |n| (n == "container-readonly").then_some(None),
+            |n| (n == "PYXIS_CONTAINER_MOUNT_HOME").then(|| "1".to_string()),
+        )
+        .unwrap();
+        assert!(!o.writable && o.mount_home);
     }
 
     #[test]

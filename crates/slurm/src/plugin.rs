@@ -39,6 +39,9 @@ struct BerthPlugin {
     /// (`batch_modules=` in plugstack.conf): the host's Slurm client, so
     /// that an srun in the script starts the job's steps.
     batch_modules: Vec<String>,
+    /// The site's defaults (`writable=`, `mount_home=`, `remap_root=` in
+    /// plugstack.conf, as enroot's configuration sets Pyxis's).
+    site: Options,
 }
 
 type Res = Result<(), Box<dyn Error>>;
@@ -69,7 +72,7 @@ impl BerthPlugin {
                 std::env::var(k).ok()
             }
         };
-        gather::gather(given, env).map_err(fail)
+        gather::gather(&self.site, given, env).map_err(fail)
     }
 
     /// Resolves the image once for the job and exports it to the tasks; an
@@ -184,7 +187,12 @@ unsafe impl Plugin for BerthPlugin {
                         .parse()
                         .map_err(|_| fail(format!("berth plugin: named_linger={s}: not a number of seconds")))?
                 }
-                _ => return Err(fail(format!("berth plugin: unknown argument {arg:?} in plugstack.conf (berth=PATH, named_linger=SECONDS, batch_modules=NAME,...)"))),
+                Some((key, value)) if gather::is_site_default(key) => {
+                    gather::site_default(&mut self.site, key, value)
+                        .unwrap_or(Ok(()))
+                        .map_err(fail)?
+                }
+                _ => return Err(fail(format!("berth plugin: unknown argument {arg:?} in plugstack.conf (berth=PATH, named_linger=SECONDS, batch_modules=NAME,..., writable=yes|no, mount_home=yes|no, remap_root=yes|no)"))),
             }
         }
         if matches!(spank.context()?, Context::Slurmd | Context::JobScript) {
@@ -275,6 +283,8 @@ unsafe impl Plugin for BerthPlugin {
             }
         }
         extra.extend(crate::pmix::binds(&env, |d| Path::new(d).is_dir()));
+        let mca = crate::pmix::mca_variables(&env);
+        env.extend(mca);
         let home = env
             .iter()
             .find(|(k, _)| k == "HOME")

@@ -192,10 +192,15 @@ fn pyxis_mounts_and_invalid_arguments() {
     assert!(text.contains("Read-only file system\nunbindable"), "{text}");
 
     // srun --mpi=pmix: the PMIx server's directory is mounted in the
-    // container (mpi.bats 1).
-    let probe = "d=${PMIX_SERVER_TMPDIR%/}; [ -n \"$d\" ] && grep -q \" $d \" /proc/self/mountinfo && echo pmix-dir-mounted";
+    // container (mpi.bats 1), and the server's module choices are there in
+    // their PMIX_MCA_* forms (mpi.bats 2).
+    let probe = "d=${PMIX_SERVER_TMPDIR%/}; [ -n \"$d\" ] && grep -q \" $d \" /proc/self/mountinfo && echo pmix-dir-mounted; \
+        [ \"$PMIX_MCA_psec\" = \"$PMIX_SECURITY_MODE\" ] && [ \"$PMIX_MCA_gds\" = \"$PMIX_GDS_MODULE\" ] && [ \"$PMIX_MCA_ptl\" = \"$PMIX_PTL_MODULE\" ] && [ -n \"$PMIX_MCA_gds\" ] && echo mca-set";
     let out = srun(&sb, &[], &["--mpi=pmix", "-n2", &img, "sh", "-c", probe]).ok();
-    assert_eq!(out.stdout(), "pmix-dir-mounted\npmix-dir-mounted\n");
+    assert_eq!(
+        out.stdout(),
+        "pmix-dir-mounted\nmca-set\npmix-dir-mounted\nmca-set\n"
+    );
 
     // Every bad argument fails the step before a task starts, with one
     // line saying why (invalid_args.bats, mounts.bats 9, 13, 14).
@@ -422,4 +427,74 @@ fn pyxis_unshare_gives_the_nodes_tasks_their_own_namespaces() {
         "{}",
         out.stderr()
     );
+}
+
+/// A PyTorch image gets torch.distributed's rendezvous from Slurm, as
+/// enroot's 50-slurm-pytorch.sh hook gives it (pytorch.bats 1, 2): any
+/// image whose ENV has PYTORCH_VERSION.
+#[test]
+#[cfg_attr(
+    not(berth_it_slurm),
+    ignore = "needs root, the test fixtures and berth's SPANK plugin: sudo bash tests/setup/setup.sh, then sudo bash tests/setup/slurm_plugin.sh target/debug"
+)]
+fn pyxis_pytorch_images_get_the_rendezvous_variables() {
+    let sb = sandbox();
+    let ctx = sb.dir.path().join("pytorch-like");
+    std::fs::create_dir_all(&ctx).unwrap();
+    std::fs::write(
+        ctx.join("Dockerfile"),
+        format!(
+            "FROM {}/berth-test/debian-python:latest\nENV PYTORCH_VERSION=2.3.0a0\n",
+            sb.env.anon()
+        ),
+    )
+    .unwrap();
+    sb.chown_to_user(&ctx);
+    sb.run(&["build", "-t", "pytorch-like", &ctx.to_string_lossy()])
+        .ok();
+    let show =
+        "echo $RANK:$SLURM_PROCID $LOCAL_RANK:$SLURM_LOCALID $WORLD_SIZE $MASTER_ADDR $MASTER_PORT";
+    let out = srun(
+        &sb,
+        &[],
+        &[
+            "-N2",
+            "-n4",
+            "-O",
+            "--container-image=pytorch-like",
+            "sh",
+            "-c",
+            show,
+        ],
+    )
+    .ok();
+    let mut lines: Vec<String> = out.stdout().lines().map(str::to_string).collect();
+    lines.sort();
+    assert_eq!(lines.len(), 4, "{}", out.stdout());
+    for (i, l) in lines.iter().enumerate() {
+        let f: Vec<&str> = l.split(' ').collect();
+        assert_eq!(f[0], format!("{i}:{i}"), "{l}");
+        let (local, slurm_local) = f[1].split_once(':').unwrap();
+        assert_eq!(local, slurm_local, "{l}");
+        assert_eq!(f[2], "4", "{l}");
+        assert_eq!(f[3], "n1", "{l}");
+        assert!(
+            f[4].parse::<u32>()
+                .is_ok_and(|p| (61000..65536).contains(&p)),
+            "{l}"
+        );
+    }
+    // Not a PyTorch image: none of them.
+    let out = srun(
+        &sb,
+        &[],
+        &[
+            &image(&sb, "debian-python"),
+            "sh",
+            "-c",
+            "echo ${RANK-unset}",
+        ],
+    )
+    .ok();
+    assert_eq!(last_line(&out), "unset");
 }

@@ -180,6 +180,9 @@ pub struct ContainerArgs {
     /// Mount a fresh tmpfs: DST[:OPTIONS], OPTIONS as tmpfs's own (size=1G, mode=1777, huge=within_size) and ro, noexec.
     #[arg(long = "tmpfs", value_name = "DST[:OPTIONS]")]
     pub tmpfs: Vec<String>,
+    /// Leave out the bind berth would make at DST (the home directory, /tmp, the current directory, a site's, a -v).
+    #[arg(long = "umount", value_name = "DST")]
+    pub umount: Vec<String>,
     /// Working directory inside the container.
     #[arg(short = 'w', long = "workdir", value_name = "DIR")]
     pub workdir: Option<String>,

@@ -170,6 +170,8 @@ pub struct BindInputs<'a> {
     pub volumes: &'a [String],
     /// `--tmpfs` specifications.
     pub tmpfs: &'a [String],
+    /// `--umount` targets: binds to leave out.
+    pub umount: &'a [String],
     /// What site modules add to every run.
     pub site_always: Vec<Bind>,
     /// What this run's host resources add (they win over a `-v` of the
@@ -223,7 +225,20 @@ pub fn run_binds(inputs: BindInputs<'_>) -> Result<RunBinds> {
     // Host resources last: a module's or a device's bind wins over a -v of
     // the same path.
     extra.extend(inputs.injected);
-    let extra = in_mount_order(extra);
+    let mut extra = in_mount_order(extra);
+    let mut common = common;
+    for target in inputs.umount {
+        let t = target.trim_end_matches('/');
+        let t = if t.is_empty() { "/" } else { t };
+        let before = common.len() + extra.len();
+        common.retain(|b| b.target != t);
+        extra.retain(|b| b.target != t);
+        if common.len() + extra.len() == before {
+            return Err(Error::Usage(format!(
+                "--umount {target}: berth mounts nothing there (it leaves out a bind: the home directory, /tmp, the current directory, a site's or a -v)"
+            )));
+        }
+    }
     let all = in_mount_order(common.iter().chain(extra.iter()).cloned().collect());
     Ok(RunBinds { common, extra, all })
 }
@@ -321,6 +336,7 @@ mod tests {
             cwd: &work,
             volumes: &[],
             tmpfs: &[],
+            umount: &[],
             site_always: vec![],
             injected: vec![],
         };
@@ -333,5 +349,24 @@ mod tests {
         // Real root: no home, /tmp or working directory.
         let root = run_binds(inputs(true, false)).unwrap();
         assert!(root.all.is_empty(), "{:?}", root.all);
+        // --umount leaves a bind out, and names what it could leave out.
+        let gone = [h.to_string_lossy().into_owned()];
+        let out = run_binds(BindInputs {
+            umount: &gone,
+            ..inputs(false, false)
+        })
+        .unwrap();
+        assert!(
+            !targets(&out.all).contains(&h.to_str().unwrap()),
+            "{:?}",
+            out.all
+        );
+        let nothing = ["/nowhere".to_string()];
+        let err = run_binds(BindInputs {
+            umount: &nothing,
+            ..inputs(false, false)
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("mounts nothing there"), "{err}");
     }
 }

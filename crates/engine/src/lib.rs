@@ -171,6 +171,7 @@ pub fn prepare(
         cwd: &caller.cwd,
         volumes: &req.volumes,
         tmpfs: &tmpfs,
+        umount: &req.umount,
         site_always: inject::binds(&always),
         injected: inject::binds(&requested),
     })?;
@@ -178,7 +179,10 @@ pub fn prepare(
     // prepared root: their mount points would stay behind in the shared
     // /dev and upper layer, where later runs would find them. Nor does
     // real root: each of its runs gets its own /proc and /tmp.
-    let use_template = !req.no_home && requested.binds().is_empty() && mode != IdMode::HostRoot;
+    let use_template = !req.no_home
+        && req.umount.is_empty()
+        && requested.binds().is_empty()
+        && mode != IdMode::HostRoot;
     let mut plan = always;
     plan.extend(requested);
     if let Some(info) = &attached {

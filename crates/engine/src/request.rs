@@ -30,6 +30,8 @@ pub struct RunRequest {
     pub volumes: Vec<String>,
     /// `--tmpfs DST[:OPTIONS]`, in order.
     pub tmpfs: Vec<String>,
+    /// `--umount DST`: binds left out (home, /tmp, a site's, a `-v`).
+    pub umount: Vec<String>,
     /// `--writable`.
     pub writable: bool,
     /// `--fakeroot`.

@@ -10,6 +10,8 @@ pub enum Mount {
     Bind(String),
     /// `--tmpfs DST[:OPTIONS]`.
     Tmpfs(String),
+    /// `--umount DST`: a bind berth would make there is left out.
+    Umount(String),
 }
 
 /// The flags a bind takes (berth's `-v` OPTIONS); `x-create=` and the
@@ -93,9 +95,14 @@ pub fn parse(entry: &str) -> Result<Mount, String> {
                 format!("{dst}:{}", kept.join(","))
             }))
         }
-        "umount" => Err(why(
-            "umount is not supported by berth: leave the mount out instead (--no-container-mount-home for the home directory)".into(),
-        )),
+        "umount" => {
+            let dst =
+                dst.ok_or_else(|| why("umount needs a container path: umount:/DST".into()))?;
+            if !flags.is_empty() {
+                return Err(why("umount takes no flags".into()));
+            }
+            Ok(Mount::Umount(dst))
+        }
         s if s.starts_with('/') || s.starts_with('.') => {
             if let Some(bad) = flags.iter().find(|f| !BIND_FLAGS.contains(f)) {
                 return Err(why(format!(
@@ -177,6 +184,10 @@ mod tests {
             Mount::Tmpfs("/mytmpfs:huge=within_size,size=1G".into())
         );
         assert_eq!(parse("tmpfs:/t").unwrap(), Mount::Tmpfs("/t".into()));
+        assert_eq!(
+            parse("umount:/root").unwrap(),
+            Mount::Umount("/root".into())
+        );
     }
 
     #[test]
@@ -189,7 +200,8 @@ mod tests {
             ("/a:/b:ro+", "empty flag"),
             ("tmpfs", "needs a container path"),
             ("tmpfs:/t:exec=1", "not supported"),
-            ("umount:/root", "not supported by berth"),
+            ("umount", "needs a container path"),
+            ("umount:/root:ro", "takes no flags"),
             ("/a:/b:c:d", "expected SRC"),
             (":/x", "empty"),
             ("/tmp:", "empty"),

@@ -24,6 +24,8 @@ pub struct Options {
     pub mounts: Vec<String>,
     /// `--container-mounts` tmpfs entries, as berth's `--tmpfs`.
     pub tmpfs: Vec<String>,
+    /// `--container-mounts` umount entries, as berth's `--umount`.
+    pub umount: Vec<String>,
     /// `--container-workdir`.
     pub workdir: Option<String>,
     /// `--container-name`.
@@ -57,6 +59,7 @@ impl Default for Options {
             image: None,
             mounts: Vec::new(),
             tmpfs: Vec::new(),
+            umount: Vec::new(),
             workdir: None,
             name: None,
             name_flag: NameFlag::Auto,
@@ -148,6 +151,7 @@ pub fn apply(opts: &mut Options, name: &str, value: Option<&str>) -> Result<(), 
                 match crate::mounts::parse(&m)? {
                     Mount::Bind(b) if !opts.mounts.contains(&b) => opts.mounts.push(b),
                     Mount::Tmpfs(t) if !opts.tmpfs.contains(&t) => opts.tmpfs.push(t),
+                    Mount::Umount(u) if !opts.umount.contains(&u) => opts.umount.push(u),
                     _ => {}
                 }
             }
@@ -329,6 +333,10 @@ pub fn berth_argv(
     for t in &opts.tmpfs {
         a.push("--tmpfs".into());
         a.push(t.clone());
+    }
+    for u in &opts.umount {
+        a.push("--umount".into());
+        a.push(u.clone());
     }
     // The directory the user named, else (as Pyxis) the image's WORKDIR or
     // /. A batch script runs in the job's directory: an srun in it starts

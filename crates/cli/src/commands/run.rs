@@ -75,6 +75,7 @@ fn request(image: &str, c: &ContainerArgs) -> RunRequest {
         workdir: c.workdir.clone(),
         volumes: c.volumes.clone(),
         tmpfs: c.tmpfs.clone(),
+        umount: c.umount.clone(),
         writable: c.writable,
         fakeroot: c.fakeroot,
         no_home: c.no_home,

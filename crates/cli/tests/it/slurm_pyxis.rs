@@ -97,6 +97,32 @@ fn pyxis_environment_and_working_directory() {
     )
     .ok();
     assert_eq!(last_line(&out), "/root 0");
+    // umount:/root leaves that bind out (mounts.bats 15).
+    let out = srun(
+        &sb,
+        &[],
+        &[
+            &img,
+            "--container-remap-root",
+            "--container-mounts=umount:/root",
+            "sh",
+            "-c",
+            probe,
+        ],
+    )
+    .ok();
+    assert_eq!(last_line(&out), "/root 0");
+    let out = srun(
+        &sb,
+        &[],
+        &[&img, "--container-mounts=umount:/nowhere", "true"],
+    );
+    assert_ne!(out.code(), 0);
+    assert!(
+        out.stderr().contains("mounts nothing there"),
+        "{}",
+        out.stderr()
+    );
 
     // A short name is pulled from Docker Hub, here from its mirror (the
     // test registry): docker_image.bats's `ubuntu:24.04`; an image that is

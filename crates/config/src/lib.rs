@@ -11,6 +11,7 @@
 use std::path::{Path, PathBuf};
 
 pub mod exit;
+mod expand;
 pub mod root;
 
 use serde::{Deserialize, Serialize};
@@ -28,6 +29,16 @@ pub enum ConfigError {
         path: PathBuf,
         /// Why.
         source: std::io::Error,
+    },
+    /// A setting uses a variable that is not set (or a malformed `$`).
+    #[error("config file {path}: `{key}` = {message}")]
+    Variable {
+        /// The file.
+        path: PathBuf,
+        /// The setting.
+        key: String,
+        /// What is wrong.
+        message: String,
     },
     /// A config file is not valid TOML or has unknown keys.
     #[error("invalid config file {path}: {message}")]
@@ -207,15 +218,62 @@ impl ConfigFile {
     /// Parses one file's text; `path` names the file in errors and as the
     /// source of its inline modules.
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        Self::parse_with(text, path, &|k| {
+            std::env::var(k).ok().filter(|v| !v.is_empty())
+        })
+    }
+
+    /// [`ConfigFile::parse`] with `env` for the variables of path settings
+    /// (`store`, `shared_stores`, `[runtime] binds`, `[host]`).
+    pub fn parse_with(
+        text: &str,
+        path: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
         let mut f: ConfigFile = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
             message: e.to_string().trim().replace('\n', " "),
         })?;
+        f.expand(path, env)?;
         if !f.modules_table.is_empty() {
             let table = std::mem::take(&mut f.modules_table);
             f.modules.push((path.to_path_buf(), table));
         }
         Ok(f)
+    }
+
+    /// Expands `$VAR` in the path settings.
+    fn expand(
+        &mut self,
+        path: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<(), ConfigError> {
+        let fail = |key: &str| {
+            let path = path.to_path_buf();
+            let key = key.to_string();
+            move |message| ConfigError::Variable { path, key, message }
+        };
+        let as_path = |p: &PathBuf, key: &str| -> Result<PathBuf, ConfigError> {
+            let text = p.to_string_lossy();
+            expand::expand(&text, env)
+                .map(PathBuf::from)
+                .map_err(fail(key))
+        };
+        if let Some(store) = &self.store {
+            self.store = Some(as_path(store, "store")?);
+        }
+        for s in &mut self.shared_stores {
+            *s = as_path(s, "shared_stores")?;
+        }
+        if let Some(rt) = &mut self.runtime {
+            for b in &mut rt.binds {
+                *b = expand::expand(b, env).map_err(fail("runtime.binds"))?;
+            }
+        }
+        for (key, value) in self.host.iter_mut() {
+            expand::expand_value(value, env).map_err(fail(&format!("host.{key}")))?;
+        }
+        Ok(())
     }
 
     /// Reads and parses a file; a missing file is an empty config.

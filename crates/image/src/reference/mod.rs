@@ -11,6 +11,8 @@ use oci_spec::distribution::Reference;
 
 use crate::error::{Error, Result};
 
+mod grammar;
+
 /// A parsed, normalised image reference.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImageRef {
@@ -43,7 +45,7 @@ impl ImageRef {
             let name = text.split(['@', ':']).next().unwrap_or(text);
             lower_case(name)?;
         }
-        let inner = Reference::try_from(text).map_err(|e| invalid(e.to_string()))?;
+        let inner = grammar::parse(text).map_err(invalid)?;
         lower_case(inner.repository())?;
         Ok(Self { inner })
     }

@@ -189,6 +189,9 @@ pub struct ContainerArgs {
     /// Make the image writable (changes go to memory and vanish with the container).
     #[arg(long)]
     pub writable: bool,
+    /// Keep the container's changes in DIR (made if missing; its upper/ and work/ are overlayfs's) for later runs: the root is writable and one run at a time may use DIR. DIR:ro stacks DIR's changes read-only above the image, for any number of runs.
+    #[arg(long, value_name = "DIR[:ro]")]
+    pub overlay: Option<String>,
     /// Be root inside the container (mapped to you outside).
     #[arg(long)]
     pub fakeroot: bool,

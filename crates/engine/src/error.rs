@@ -16,6 +16,9 @@ pub enum Error {
     /// The run's options are wrong or inconsistent.
     #[error("{0}")]
     Usage(String),
+    /// `--overlay`: the directory cannot be made, or another run holds it.
+    #[error("{0}")]
+    Overlay(String),
     /// The site's `[host]` table cannot be read.
     #[error("{0}")]
     HostConfig(String),
@@ -53,6 +56,7 @@ impl berth_config::exit::ExitStatus for Error {
             Error::NotInStore { .. } | Error::Read { .. } => Exit::NotFound,
             Error::Usage(_) | Error::Semantics(_) => Exit::Usage,
             Error::HostConfig(_) => Exit::Config,
+            Error::Overlay(_) => Exit::Berth,
             Error::Image(e) => e.exit(),
             Error::Inject(e) => e.exit(),
             Error::Runtime(e) => e.exit(),

@@ -33,6 +33,7 @@ pub mod image;
 pub mod inject;
 pub mod launcher;
 pub mod node_cache;
+pub mod overlay;
 pub mod request;
 
 pub use caller::Caller;
@@ -62,6 +63,8 @@ struct Held {
     image_file: Option<File>,
     /// The node's lock of the image's record, when this run read the store.
     node_lock: Option<node_cache::NodeLock>,
+    /// The `--overlay` directory's lock, held until the container ends.
+    overlay: Option<File>,
 }
 
 impl Launch {
@@ -125,6 +128,11 @@ pub fn prepare(
                 "shared containers (--shared, Slurm's per-node containers) are not supported as real root: their tasks share the host's PID namespace, where a root container could signal any process; run as a user, or without --shared".into(),
             ));
         }
+    }
+    if req.overlay.is_some() && req.shared.is_some() {
+        return Err(Error::Usage(
+            "--overlay is for a container of its own: a shared container (--shared, Slurm's per-node containers) outlives the run that made it, while the overlay is locked for one run; give the container --writable, or run without --shared".into(),
+        ));
     }
     let found = image::find(config, &req.image, trust_cache)?;
     let img = &found.image;
@@ -201,6 +209,18 @@ pub fn prepare(
         }
     }
     let identity = identity::identity(mode, caller, &inside)?;
+    let claimed = req
+        .overlay
+        .as_deref()
+        .map(|o| overlay::claim(o, &caller.cwd, mode != IdMode::HostRoot))
+        .transpose()?;
+    let (persistent, overlay_lock) = match claimed {
+        Some(c) => (Some(c.overlay), Some(c.lock)),
+        None => (None, None),
+    };
+    // A writable persistent layer is the point of the run: the root stays
+    // writable.
+    let writable = req.writable || persistent.as_ref().is_some_and(|p| !p.readonly);
     let idle = caller
         .var("BERTH_KEEPER_IDLE")
         .and_then(|v| v.parse().ok())
@@ -235,7 +255,8 @@ pub fn prepare(
         identity,
         binds: run_binds.all,
         extra_binds: run_binds.extra,
-        writable: req.writable,
+        writable,
+        overlay: persistent,
         // Real root always gets a PID namespace: its CAP_KILL then reaches
         // the container's processes only.
         pid_ns: req.pid || mode == IdMode::HostRoot,
@@ -262,6 +283,7 @@ pub fn prepare(
         held: Held {
             image_file: found.file,
             node_lock: found.lock,
+            overlay: overlay_lock,
         },
     })
 }
@@ -361,6 +383,7 @@ pub fn run(launch: Launch) -> Result<i32> {
     let Held {
         image_file,
         node_lock,
+        overlay: _overlay_lock,
     } = held;
     match shared {
         None => {

@@ -34,6 +34,8 @@ pub struct RunRequest {
     pub umount: Vec<String>,
     /// `--writable`.
     pub writable: bool,
+    /// `--overlay DIR[:ro]`: a persistent layer on the host.
+    pub overlay: Option<String>,
     /// `--fakeroot`.
     pub fakeroot: bool,
     /// `--no-home`.

@@ -77,6 +77,7 @@ fn request(image: &str, c: &ContainerArgs) -> RunRequest {
         tmpfs: c.tmpfs.clone(),
         umount: c.umount.clone(),
         writable: c.writable,
+        overlay: c.overlay.clone(),
         fakeroot: c.fakeroot,
         no_home: c.no_home,
         pid: c.pid,

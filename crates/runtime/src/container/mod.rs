@@ -122,6 +122,9 @@ pub struct RunSpec {
     pub extra_binds: Vec<Bind>,
     /// Writable overlay.
     pub writable: bool,
+    /// `--overlay DIR[:ro]`: a persistent layer on the host.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overlay: Option<rootfs::PersistentOverlay>,
     /// Own PID namespace with a reaping init.
     pub pid_ns: bool,
     /// Empty network namespace.
@@ -181,6 +184,7 @@ impl RunSpec {
             return false;
         };
         !self.writable
+            && self.overlay.is_none()
             && !self.pid_ns
             && !self.extra_binds.iter().any(|b| {
                 t.binds.iter().any(|tb| {
@@ -397,6 +401,7 @@ pub fn build(
                 image: &image,
                 stage: &stage,
                 writable: spec.writable,
+                persistent: spec.overlay.as_ref(),
             },
             fresh_proc: spec.pid_ns,
             binds: &spec.binds,

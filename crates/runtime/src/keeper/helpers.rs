@@ -71,6 +71,7 @@ pub(super) fn start_prepared_root(
                         image: &image,
                         stage: &stage,
                         writable: false,
+                        persistent: None,
                     },
                     fresh_proc: false,
                     confined: false,

@@ -30,12 +30,14 @@ mod dev;
 mod identity;
 mod mounts;
 mod options;
+mod persistent;
 #[cfg(test)]
 mod tests;
 
 pub use identity::IDENTITY_FILE_MAX;
 pub use mounts::{resolve_target, submounts, TargetKind};
 pub use options::{MountOptions, Propagation, TMPFS_OPTIONS};
+pub use persistent::PersistentOverlay;
 
 use mounts::{bind, exists_in_root, hide_dir, user_binds, BindHow};
 
@@ -83,6 +85,9 @@ pub enum Layers<'a> {
         stage: &'a Path,
         /// Keep the overlay writable.
         writable: bool,
+        /// A host directory whose `upper/` is the upper layer (in place of
+        /// the tmpfs's), or, read-only, a layer above the image.
+        persistent: Option<&'a PersistentOverlay>,
     },
     /// An existing directory (a build stage's root), bound onto itself.
     Directory(&'a Path),
@@ -227,7 +232,12 @@ fn base<'a>(k: &dyn Kernel, layers: Layers<'a>) -> Result<(PathBuf, Option<(&'a 
                 .map_err(|e| Error::sys("bind the stage root on itself", Some(root.into()), e))?;
             Ok((root.to_path_buf(), None))
         }
-        Layers::Overlay { image, stage, .. } => {
+        Layers::Overlay {
+            image,
+            stage,
+            persistent,
+            ..
+        } => {
             k.mount(
                 Some(Path::new("berth")),
                 stage,
@@ -246,12 +256,7 @@ fn base<'a>(k: &dyn Kernel, layers: Layers<'a>) -> Result<(PathBuf, Option<(&'a 
                 }
             }
             let root = stage.join("root");
-            let opts = format!(
-                "lowerdir={},upperdir={},workdir={}",
-                image.display(),
-                stage.join("upper").display(),
-                stage.join("work").display()
-            );
+            let opts = persistent::overlay_options(image, stage, persistent);
             k.mount(
                 Some(Path::new("berth")),
                 &root,

@@ -73,6 +73,7 @@ fn plan<'a>(s: &'a Scene, binds: &'a [Bind]) -> RootfsPlan<'a> {
             image: &s.image,
             stage: &s.stage,
             writable: false,
+            persistent: None,
         },
         fresh_proc: false,
         binds,
@@ -250,6 +251,7 @@ fn read_only_remounts_come_last() {
             image: &s.image,
             stage: &s.stage,
             writable: true,
+            persistent: None,
         }
     });
     assert!(!mounts(&k)

@@ -7,7 +7,9 @@
 //!   read-only image, namespaces) and what it may do (privileges).
 //! - [`node`]: many runs on one node, and runs by id from the node's
 //!   records.
+//! - [`persistent`]: `--overlay`: changes kept across runs.
 
 mod command;
 mod isolation;
 mod node;
+mod persistent;

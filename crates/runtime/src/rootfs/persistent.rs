@@ -1,0 +1,115 @@
+//! `--overlay DIR[:ro]`: a host directory that keeps a container's
+//! changes across runs (Apptainer's overlay directory, enroot's `--rw`
+//! container). `DIR/upper` is the overlay's upper layer and `DIR/work` its
+//! work directory; read-only, `DIR/upper` is a layer between the image and
+//! the run's memory upper layer.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+/// A persistent overlay directory, claimed by the front end (which holds
+/// its lock while the container lives).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PersistentOverlay {
+    /// The directory (absolute, without `,` or `:`).
+    pub dir: PathBuf,
+    /// Stacked read-only: the run's changes go to memory.
+    pub readonly: bool,
+    /// Overlay metadata (whiteouts' opaque marks, redirects) in `user.`
+    /// extended attributes, as a mount in a user namespace must keep it;
+    /// real root's kernel mounts keep it in `trusted.`.
+    pub user_xattr: bool,
+}
+
+impl PersistentOverlay {
+    /// The upper layer.
+    pub fn upper(&self) -> PathBuf {
+        self.dir.join("upper")
+    }
+
+    /// The overlay's work directory.
+    pub fn work(&self) -> PathBuf {
+        self.dir.join("work")
+    }
+}
+
+/// The overlay mount's options: `image` below the run's tmpfs at `stage`,
+/// or below (or with) a persistent directory.
+pub(super) fn overlay_options(
+    image: &Path,
+    stage: &Path,
+    persistent: Option<&PersistentOverlay>,
+) -> String {
+    let (tmp_upper, tmp_work) = (stage.join("upper"), stage.join("work"));
+    let Some(p) = persistent else {
+        return format!(
+            "lowerdir={},upperdir={},workdir={}",
+            image.display(),
+            tmp_upper.display(),
+            tmp_work.display()
+        );
+    };
+    let mut opts = if p.readonly {
+        format!(
+            "lowerdir={}:{},upperdir={},workdir={}",
+            p.upper().display(),
+            image.display(),
+            tmp_upper.display(),
+            tmp_work.display()
+        )
+    } else {
+        format!(
+            "lowerdir={},upperdir={},workdir={}",
+            image.display(),
+            p.upper().display(),
+            p.work().display()
+        )
+    };
+    if p.user_xattr {
+        opts.push_str(",userxattr");
+    }
+    opts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn overlay(readonly: bool) -> PersistentOverlay {
+        PersistentOverlay {
+            dir: "/scratch/ov".into(),
+            readonly,
+            user_xattr: true,
+        }
+    }
+
+    #[test]
+    fn the_tmpfs_is_the_upper_layer_without_a_directory() {
+        assert_eq!(
+            overlay_options(Path::new("/k/image"), Path::new("/k/stage"), None),
+            "lowerdir=/k/image,upperdir=/k/stage/upper,workdir=/k/stage/work"
+        );
+    }
+
+    #[test]
+    fn a_writable_directory_is_the_upper_layer() {
+        let p = overlay(false);
+        assert_eq!(
+            overlay_options(Path::new("/k/image"), Path::new("/k/stage"), Some(&p)),
+            "lowerdir=/k/image,upperdir=/scratch/ov/upper,workdir=/scratch/ov/work,userxattr"
+        );
+    }
+
+    #[test]
+    fn a_read_only_directory_lies_above_the_image() {
+        let p = PersistentOverlay {
+            user_xattr: false,
+            ..overlay(true)
+        };
+        assert_eq!(
+            overlay_options(Path::new("/k/image"), Path::new("/k/stage"), Some(&p)),
+            "lowerdir=/scratch/ov/upper:/k/image,upperdir=/k/stage/upper,workdir=/k/stage/work"
+        );
+    }
+}

@@ -71,6 +71,8 @@ pub enum Command {
     Logout(LogoutArgs),
     /// List the site's modules and CDI devices (what --module, --gpus and --device can inject).
     Modules(ModulesArgs),
+    /// List the environment definition files --environment finds by name (EDF_PATH or ~/.edf, then the site's directory), with the image each names.
+    Environments(EnvironmentsArgs),
     /// Run a command in a live shared container (see run --shared).
     Exec(ExecArgs),
     /// List your live shared containers on this node.
@@ -281,6 +283,12 @@ pub struct RunArgs {
     /// An absolute command missing from the image is looked up by its name in the image's PATH (the Slurm plugin sets it: srun resolves commands on the submit host).
     #[arg(long, hide = true)]
     pub argv0_fallback: bool,
+    /// Run as an environment definition file says (CSCS's EDF, TOML: image, mounts, workdir, writable, entrypoint, [env], [annotations], devices, base_environment): a path, or NAME for NAME.toml in EDF_PATH (else ~/.edf), then the site's directory (see berth environments). Every word after the options is then the command; options given here add to or override the file's.
+    #[arg(long, value_name = "NAME|PATH")]
+    pub environment: Option<String>,
+    /// With --environment: run this image instead of the file's.
+    #[arg(long = "image", value_name = "IMAGE", requires = "environment")]
+    pub environment_image: Option<String>,
     /// Print what the run would do (command, environment, binds, injected host resources) as JSON, and start nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -371,6 +379,17 @@ pub struct ImportArgs {
     /// Print only the image id.
     #[arg(long, short)]
     pub quiet: bool,
+}
+
+/// `berth environments`.
+#[derive(Debug, Args)]
+pub struct EnvironmentsArgs {
+    /// Print the file NAME|PATH names and the image it runs (its bases applied) as JSON, or fail saying why (the Slurm plugin asks this at submission).
+    #[arg(long, value_name = "NAME|PATH")]
+    pub resolve: Option<String>,
+    /// Output format: table or json.
+    #[arg(long, default_value = "table", value_parser = ["table", "json"])]
+    pub format: String,
 }
 
 /// `berth modules`.

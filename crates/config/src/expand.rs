@@ -27,12 +27,7 @@ pub fn expand(text: &str, get: &dyn Fn(&str) -> Option<String>) -> Result<String
                 .unwrap_or(after.len());
             (&after[..end], end)
         };
-        let valid = name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !valid {
+        if !is_name(name) {
             return Err(format!(
                 "{text:?}: `$` must start a variable ($NAME or ${{NAME}}); write $$ for a `$`"
             ));
@@ -44,6 +39,15 @@ pub fn expand(text: &str, get: &dyn Fn(&str) -> Option<String>) -> Result<String
     }
     out.push_str(rest);
     Ok(out)
+}
+
+/// Whether `name` is a shell variable's name (a letter or `_`, then
+/// letters, digits and `_`).
+pub fn is_name(name: &str) -> bool {
+    name.chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// Expands every string in a TOML value (tables and arrays included).

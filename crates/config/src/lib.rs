@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 
 pub mod exit;
-mod expand;
+pub mod expand;
 pub mod root;
 
 use serde::{Deserialize, Serialize};

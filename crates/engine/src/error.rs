@@ -16,6 +16,10 @@ pub enum Error {
     /// The run's options are wrong or inconsistent.
     #[error("{0}")]
     Usage(String),
+    /// `--environment`: the file is missing, malformed or names a missing
+    /// base or variable.
+    #[error("{0}")]
+    Environment(String),
     /// `--overlay`: the directory cannot be made, or another run holds it.
     #[error("{0}")]
     Overlay(String),
@@ -55,7 +59,7 @@ impl berth_config::exit::ExitStatus for Error {
         match self {
             Error::NotInStore { .. } | Error::Read { .. } => Exit::NotFound,
             Error::Usage(_) | Error::Semantics(_) => Exit::Usage,
-            Error::HostConfig(_) => Exit::Config,
+            Error::HostConfig(_) | Error::Environment(_) => Exit::Config,
             Error::Overlay(_) => Exit::Berth,
             Error::Image(e) => e.exit(),
             Error::Inject(e) => e.exit(),

@@ -27,6 +27,7 @@ use serde::Serialize;
 
 pub mod binds;
 pub mod caller;
+pub mod environment;
 mod error;
 pub mod identity;
 pub mod image;
@@ -156,6 +157,7 @@ pub fn prepare(
         .collect();
     let launcher = launcher::pytorch(&image_env, &caller.env, &env);
     env.extend(launcher);
+    env.retain(|(k, _)| !req.unset_env.contains(k));
     let cwd = caller.cwd.to_str().filter(|_| !req.workdir_image);
     let workdir = semantics::workdir(&defaults, &user, cwd)?;
     // Host resources: what every run gets (site modules that apply always:

@@ -15,6 +15,9 @@ pub struct RunRequest {
     pub args: Vec<String>,
     /// `-e NAME[=VALUE]`, in order.
     pub env: Vec<String>,
+    /// Variables the container does not get (an environment file's
+    /// `[env]` entries with an empty value).
+    pub unset_env: Vec<String>,
     /// `--env-file`, in order.
     pub env_files: Vec<PathBuf>,
     /// `--env-host`.

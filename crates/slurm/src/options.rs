@@ -51,6 +51,8 @@ pub struct Options {
     pub modules: Vec<String>,
     /// `--container-unshare`: `net`, `ipc`, `uts`.
     pub unshare: Vec<String>,
+    /// `--environment`: an environment definition file (CSCS's EDF).
+    pub environment: Option<String>,
 }
 
 impl Default for Options {
@@ -72,6 +74,7 @@ impl Default for Options {
             gpus: None,
             modules: Vec::new(),
             unshare: Vec::new(),
+            environment: None,
         }
     }
 }
@@ -145,6 +148,7 @@ pub fn apply(opts: &mut Options, name: &str, value: Option<&str>) -> Result<(), 
     };
     match name {
         "container-image" => opts.image = Some(need(value)?),
+        "environment" => opts.environment = Some(need(value)?),
         "container-mounts" => {
             for m in comma_list(name, &need(value)?)? {
                 // Repeated entries are skipped, as Pyxis does.
@@ -257,6 +261,7 @@ pub const OPTIONS: &[(&str, Option<&str>, &str)] = &[
     ("container-mode", Some("shared|per-task"), "[berth] one container per node that all tasks join (shared, default) or one per task"),
     ("container-gpus", Some("all|LIST"), "[berth] GPUs to give the container (berth run --gpus)"),
     ("container-modules", Some("NAME[,NAME...]"), "[berth] site modules to apply; mpi replaces the image's MPI with the host's"),
+    ("environment", Some("NAME|PATH"), "[berth] run as the environment definition file says (CSCS's EDF: NAME.toml in EDF_PATH or ~/.edf, or a path); --container-* options add to it"),
     ("container-unshare", Some("net,ipc,uts"), "[berth] namespaces of the container's own (the node's tasks share them): net (no network but loopback), ipc, uts"),
 ];
 
@@ -323,7 +328,9 @@ pub fn berth_argv(
             a.extend(["--reuse".into(), reuse.into()]);
         }
     }
-    if !opts.entrypoint {
+    // An environment file says whether the entrypoint runs (by default
+    // it does, as in CSCS's Container Engine).
+    if !opts.entrypoint && opts.environment.is_none() {
         a.push("--entrypoint=".into());
     }
     for m in opts.mounts.iter().chain(extra_binds) {
@@ -379,7 +386,14 @@ pub fn berth_argv(
             a.push(m.clone());
         }
     }
-    if reuse != "existing" || !shared {
+    if let Some(edf) = &opts.environment {
+        a.extend(["--environment".into(), edf.clone()]);
+        a.extend(
+            image
+                .into_iter()
+                .flat_map(|i| ["--image".to_string(), i.to_string()]),
+        );
+    } else if reuse != "existing" || !shared {
         a.extend(image.map(str::to_string));
     }
     a.extend(task.argv.iter().cloned());
@@ -565,5 +579,16 @@ mod tests {
             .contains("suid"));
         assert!(apply(&mut o, "container-name", Some("a/b")).is_err());
         assert!(apply(&mut o, "container-image", Some(" ")).is_err());
+    }
+
+    #[test]
+    fn an_environment_file_names_the_image_and_the_entrypoint() {
+        let mut o = Options::default();
+        apply(&mut o, "environment", Some("pt")).unwrap();
+        let a = berth_argv("b", &o, Some("sha256:1"), &task(Step::Id(0)), &[], 0).join(" ");
+        assert!(
+            a.contains("--environment pt --image sha256:1 ") && !a.contains("--entrypoint"),
+            "{a}"
+        );
     }
 }

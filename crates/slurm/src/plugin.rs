@@ -28,6 +28,8 @@ const IMAGE_VAR: &str = "SLURM_BERTH_IMAGE";
 /// script) that names the same image uses the job's id, not the tag's
 /// digest of the moment.
 const REF_VAR: &str = "SLURM_BERTH_IMAGE_REF";
+/// The environment file whose image the job pinned (`--environment`).
+const EDF_VAR: &str = "SLURM_BERTH_ENVIRONMENT";
 const BATCH_STEP: u32 = 0xffff_fffb;
 const INTERACTIVE_STEP: u32 = 0xffff_fffa;
 
@@ -73,6 +75,39 @@ impl BerthPlugin {
             }
         };
         gather::gather(&self.site, given, env).map_err(fail)
+    }
+
+    /// Pins the step's image: `--container-image`'s, else the environment
+    /// file's (read now: a missing or malformed file stops the step here).
+    fn pin_for(&self, opts: &Options) -> Res {
+        if let Some(image) = &opts.image {
+            return self.pin(image);
+        }
+        let Some(edf) = &opts.environment else {
+            return Ok(());
+        };
+        let out = Command::new(&self.berth)
+            .args(["environments", "--resolve", edf])
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .map_err(|e| fail(format!("berth: cannot run {}: {e}", self.berth)))?;
+        if !out.status.success() {
+            return Err(fail(format!(
+                "berth: cannot read environment {edf} (the reason is above)"
+            )));
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        // `"image": "REF"` (or null: the file names none; berth run says so).
+        let image = text
+            .split("\"image\": \"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .map(str::to_string);
+        if let Some(image) = image {
+            self.pin(&image)?;
+            std::env::set_var(EDF_VAR, edf);
+        }
+        Ok(())
     }
 
     /// Resolves the image once for the job and exports it to the tasks; an
@@ -218,8 +253,8 @@ unsafe impl Plugin for BerthPlugin {
             let opts = self.options(spank)?;
             // sbatch and salloc: the image is resolved at submission, as
             // srun does it for a step, and the job's environment carries it.
-            if let (Context::Allocator, Some(image)) = (context, &opts.image) {
-                self.pin(image)?;
+            if context == Context::Allocator {
+                self.pin_for(&opts)?;
             }
         }
         Ok(())
@@ -227,17 +262,14 @@ unsafe impl Plugin for BerthPlugin {
 
     fn local_user_init(&mut self, spank: &mut SpankHandle) -> Res {
         let opts = self.options(spank)?;
-        let Some(image) = &opts.image else {
-            return Ok(());
-        };
-        self.pin(image)
+        self.pin_for(&opts)
     }
 
     fn task_init(&mut self, spank: &mut SpankHandle) -> Res {
         let opts = self.options(spank)?;
         // Neither an image nor a container name: not a container step. A
         // name alone joins that container as it runs on the node.
-        if opts.image.is_none() && opts.name.is_none() {
+        if opts.image.is_none() && opts.name.is_none() && opts.environment.is_none() {
             return Ok(());
         }
         let mut env: Vec<(String, String)> = spank
@@ -261,10 +293,13 @@ unsafe impl Plugin for BerthPlugin {
                 env.iter()
                     .any(|(k, v)| k == REF_VAR && Some(v) == opts.image.as_ref())
             });
-        let image = opts
-            .image
-            .as_ref()
-            .map(|i| pinned.clone().unwrap_or_else(|| i.clone()));
+        let var = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        let image = match (&opts.image, &opts.environment) {
+            (Some(i), _) => Some(pinned.clone().unwrap_or_else(|| i.clone())),
+            // The environment file's image, as pinned at submission.
+            (None, Some(edf)) if var(EDF_VAR).as_ref() == Some(edf) => var(IMAGE_VAR),
+            (None, _) => None,
+        };
         let step = match spank.job_stepid()? {
             BATCH_STEP => Step::Batch,
             INTERACTIVE_STEP => Step::Interactive,

@@ -27,6 +27,11 @@ pub fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
     // Joining a running container as it is: there is no IMAGE, the first
     // word is the command.
     let (image, command) = match (reuse, args.image) {
+        // With an environment file the image is the file's (or --image).
+        (_, first) if args.environment.is_some() => (
+            args.environment_image.clone().unwrap_or_default(),
+            first.into_iter().chain(args.command).collect(),
+        ),
         (Reuse::Existing, first) => (
             String::new(),
             first.into_iter().chain(args.command).collect(),
@@ -50,6 +55,16 @@ pub fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
     req.argv0_fallback = args.argv0_fallback;
     req.env_below_image = args.env_below_image;
     req.workdir_image = args.workdir_image;
+    if let Some(name) = &args.environment {
+        let applied = ctx.config().and_then(|config| {
+            let caller = Caller::current(started)?;
+            berth_engine::environment::apply_named(&config, name, &caller, &mut req)?;
+            Ok(())
+        });
+        if let Err(e) = applied {
+            return finish(Err(e));
+        }
+    }
     finish(start(ctx, &req, &args.container, started, args.dry_run))
 }
 

@@ -23,6 +23,7 @@ mod reliability_load;
 mod runtime_run;
 mod runtime_shared;
 mod security_review;
+mod slurm_edf;
 mod slurm_pyxis;
 mod slurm_spank;
 mod slurm_srun;

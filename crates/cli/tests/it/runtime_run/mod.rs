@@ -7,9 +7,11 @@
 //!   read-only image, namespaces) and what it may do (privileges).
 //! - [`node`]: many runs on one node, and runs by id from the node's
 //!   records.
+//! - [`environment`]: `--environment`: CSCS's environment definition files.
 //! - [`persistent`]: `--overlay`: changes kept across runs.
 
 mod command;
+mod environment;
 mod isolation;
 mod node;
 mod persistent;

@@ -15,6 +15,7 @@
 //! - [`worker`]: `berth __build-worker`, in a user namespace where the user
 //!   is root: stage roots, RUN, COPY/ADD, layers.
 //! - [`layer`]: a step's changes as a layer blob, and applying one.
+//! - [`save`]: `berth run --save`: a container's root as a squashfs file.
 //!
 //! The blob directory and the build cache belong to the store
 //! ([`berth_image::store::blobs`], [`berth_image::store::build_cache`]).
@@ -31,6 +32,7 @@ pub mod instructions;
 pub mod layer;
 pub mod manifest;
 pub mod plan;
+pub mod save;
 pub mod worker;
 
 use std::path::PathBuf;

@@ -24,6 +24,11 @@ fn main() -> ExitCode {
         let code = berth_build::worker::main(&raw[2..]);
         return ExitCode::from(code.clamp(0, 255) as u8);
     }
+    // The save worker, started by `berth run --save` (in a user namespace).
+    if raw.get(1).map(String::as_str) == Some("__save") {
+        let code = berth_build::save::main(&raw[2..]);
+        return ExitCode::from(code.clamp(0, 255) as u8);
+    }
     // The squashfs server, started by a keeper or a build worker.
     if raw.get(1).map(String::as_str) == Some("__squashfs") {
         let code = berth_squashfs::serve_main(&raw[2..]);

@@ -54,7 +54,7 @@ pub enum ConfigError {
 }
 
 /// Squashfs writer settings for images in the store.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SquashfsSettings {
     /// Block compressor: `zstd`, `lz4`, `gzip`, `xz`, `lzo`.

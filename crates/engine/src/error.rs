@@ -20,6 +20,9 @@ pub enum Error {
     /// base or variable.
     #[error("{0}")]
     Environment(String),
+    /// `--save`: the container's root could not be saved.
+    #[error("{0}")]
+    Save(String),
     /// `--overlay`: the directory cannot be made, or another run holds it.
     #[error("{0}")]
     Overlay(String),
@@ -60,7 +63,7 @@ impl berth_config::exit::ExitStatus for Error {
             Error::NotInStore { .. } | Error::Read { .. } => Exit::NotFound,
             Error::Usage(_) | Error::Semantics(_) => Exit::Usage,
             Error::HostConfig(_) | Error::Environment(_) => Exit::Config,
-            Error::Overlay(_) => Exit::Berth,
+            Error::Overlay(_) | Error::Save(_) => Exit::Berth,
             Error::Image(e) => e.exit(),
             Error::Inject(e) => e.exit(),
             Error::Runtime(e) => e.exit(),

@@ -36,6 +36,7 @@ pub mod launcher;
 pub mod node_cache;
 pub mod overlay;
 pub mod request;
+pub mod save;
 
 pub use caller::Caller;
 pub use error::{Error, Result};
@@ -52,6 +53,9 @@ pub struct Launch {
     pub injected: berth_inject::Plan,
     /// The shared container the command joins, if any.
     pub shared: Option<Placement>,
+    /// `--save`: what becomes of the container's root when it ends.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub save: Option<save::SaveJob>,
     /// Held until the container starts.
     #[serde(skip)]
     held: Held,
@@ -130,9 +134,9 @@ pub fn prepare(
             ));
         }
     }
-    if req.overlay.is_some() && req.shared.is_some() {
+    if (req.overlay.is_some() || req.save.is_some()) && req.shared.is_some() {
         return Err(Error::Usage(
-            "--overlay is for a container of its own: a shared container (--shared, Slurm's per-node containers) outlives the run that made it, while the overlay is locked for one run; give the container --writable, or run without --shared".into(),
+            "--overlay and --save are for a container of its own: a shared container (--shared, Slurm's per-node containers) outlives the run that made it, while the overlay is locked for one run; give the container --writable, or run without --shared".into(),
         ));
     }
     let found = image::find(config, &req.image, trust_cache)?;
@@ -211,11 +215,50 @@ pub fn prepare(
         }
     }
     let identity = identity::identity(mode, caller, &inside)?;
-    let claimed = req
+    let save_target = req
+        .save
+        .as_deref()
+        .map(|t| save::Target::parse(t, &caller.cwd))
+        .transpose()?;
+    if save_target.is_some() && img.record.squashfs.offset != 0 {
+        return Err(Error::Usage(
+            "--save of an image run in place from a SIF file is not offered: import it first (berth import sif:FILE NAME), then run that".into(),
+        ));
+    }
+    // A run that saves without --overlay keeps its changes in a temporary
+    // directory of its own.
+    let temporary = match (&save_target, &req.overlay) {
+        (Some(_), None) => Some(save::temporary_overlay(&|k| {
+            caller.var(k).map(str::to_string)
+        })?),
+        _ => None,
+    };
+    let overlay_spec = req
         .overlay
+        .clone()
+        .or_else(|| temporary.as_ref().map(|t| t.display().to_string()));
+    let claimed = overlay_spec
         .as_deref()
         .map(|o| overlay::claim(o, &caller.cwd, mode != IdMode::HostRoot))
         .transpose()?;
+    let save_job = match (save_target, &claimed) {
+        (Some(_), Some(c)) if c.overlay.readonly => {
+            return Err(Error::Usage(
+                "--save with --overlay DIR:ro: the run's changes go to memory and cannot be saved; give --overlay DIR (writable), or no --overlay".into(),
+            ))
+        }
+        (Some(target), Some(c)) => Some(save::SaveJob {
+            target,
+            upper: c.overlay.upper(),
+            temporary: temporary.clone(),
+            image: img.squashfs_path(),
+            base: img.record.id.clone(),
+            run: run.clone(),
+            mode,
+            config: config.clone(),
+        }),
+        _ => None,
+    };
     let (persistent, overlay_lock) = match claimed {
         Some(c) => (Some(c.overlay), Some(c.lock)),
         None => (None, None),
@@ -282,6 +325,7 @@ pub fn prepare(
             image: req.image.clone(),
             reuse: s.reuse,
         }),
+        save: save_job,
         held: Held {
             image_file: found.file,
             node_lock: found.lock,
@@ -380,7 +424,11 @@ fn user_request(req: &RunRequest) -> Result<UserRequest> {
 /// it), before the command runs.
 pub fn run(launch: Launch) -> Result<i32> {
     let Launch {
-        spec, shared, held, ..
+        spec,
+        shared,
+        held,
+        save,
+        ..
     } = launch;
     let Held {
         image_file,
@@ -391,7 +439,12 @@ pub fn run(launch: Launch) -> Result<i32> {
         None => {
             let leased = container::lease(&spec, image_file.as_ref())?;
             drop(node_lock);
-            Ok(leased.run()?)
+            let code = leased.run()?;
+            if let Some(job) = &save {
+                let line = save::save(job, &spec.berth_exe)?;
+                eprintln!("berth: {line}");
+            }
+            Ok(code)
         }
         Some(placement) => {
             let mut node_lock = node_lock;

@@ -39,6 +39,8 @@ pub struct RunRequest {
     pub writable: bool,
     /// `--overlay DIR[:ro]`: a persistent layer on the host.
     pub overlay: Option<String>,
+    /// `--save TARGET`: the container's root, saved when the command ends.
+    pub save: Option<String>,
     /// `--fakeroot`.
     pub fakeroot: bool,
     /// `--no-home`.

@@ -60,6 +60,26 @@ pub fn diff(
     blobs: &Blobs,
     overlay_upper: bool,
 ) -> Result<Option<BlobRef>> {
+    let Some(names) = changes(root, before)? else {
+        return Ok(None);
+    };
+    let writer = write_entries(blobs.layer_writer()?, root, &names, before, overlay_upper)?;
+    Ok(Some(blobs.commit_layer(writer)?))
+}
+
+/// An overlay's upper directory as an uncompressed layer tar on `out`:
+/// every entry, overlayfs's whiteouts as `.wh.` entries and its opaque
+/// directories with `.wh..wh..opq` (a container's changes, for `--save`).
+pub fn upper_layer<W: Write>(upper: &Path, out: W) -> Result<W> {
+    let before = Snapshot::default();
+    let names = changes(upper, &before)?.unwrap_or_default();
+    write_entries(out, upper, &names, &before, true)
+}
+
+/// The entries to write for the changes of `root` since `before`, sorted:
+/// each name with whether it is a whiteout of a removed entry; `None` if
+/// nothing changed.
+fn changes(root: &Path, before: &Snapshot) -> Result<Option<Vec<(String, bool)>>> {
     let after = Snapshot::take(root)?;
     let mut changed: BTreeSet<String> = BTreeSet::new();
     for (rel, st) in &after.entries {
@@ -117,11 +137,22 @@ pub fn diff(
         names.push((whiteout_of(r), true));
     }
     names.sort();
-    let mut tar = tar::Builder::new(blobs.layer_writer()?);
+    Ok(Some(names))
+}
+
+/// Writes `names` of `root` as a layer tar on `out`.
+fn write_entries<W: Write>(
+    out: W,
+    root: &Path,
+    names: &[(String, bool)],
+    before: &Snapshot,
+    overlay_upper: bool,
+) -> Result<W> {
+    let mut tar = tar::Builder::new(out);
     tar.mode(tar::HeaderMode::Complete);
     tar.follow_symlinks(false);
     let mut links: HashMap<u64, String> = HashMap::new();
-    for (rel, whiteout) in &names {
+    for (rel, whiteout) in names {
         if *whiteout {
             append_whiteout(&mut tar, rel)?;
             continue;
@@ -143,10 +174,8 @@ pub fn diff(
         }
         append(&mut tar, root, rel, &mut links)?;
     }
-    let writer = tar
-        .into_inner()
-        .map_err(|e| Error::io("finish the layer", root, e))?;
-    Ok(Some(blobs.commit_layer(writer)?))
+    tar.into_inner()
+        .map_err(|e| Error::io("finish the layer", root, e))
 }
 
 fn append_whiteout<W: Write>(tar: &mut tar::Builder<W>, name: &str) -> Result<()> {
@@ -170,10 +199,15 @@ fn whiteout_of(rel: &str) -> String {
 }
 
 /// Whether overlayfs marked the directory opaque (`userxattr` mounts).
+/// (`trusted.` where real root mounted it).
 fn is_opaque(dir: &Path) -> bool {
-    let mut value = [0u8; 4];
-    rustix::fs::lgetxattr(dir, "user.overlay.opaque", &mut value[..])
-        .is_ok_and(|n| n >= 1 && value[0] == b'y')
+    ["user.overlay.opaque", "trusted.overlay.opaque"]
+        .iter()
+        .any(|name| {
+            let mut value = [0u8; 4];
+            rustix::fs::lgetxattr(dir, *name, &mut value[..])
+                .is_ok_and(|n| n >= 1 && value[0] == b'y')
+        })
 }
 
 fn name_of(p: &Path) -> String {

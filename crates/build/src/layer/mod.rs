@@ -10,4 +10,4 @@ mod apply;
 mod diff;
 
 pub use apply::{apply, resolve_parent};
-pub use diff::{diff, Snapshot};
+pub use diff::{diff, upper_layer, Snapshot};

@@ -93,6 +93,7 @@ fn request(image: &str, c: &ContainerArgs) -> RunRequest {
         umount: c.umount.clone(),
         writable: c.writable,
         overlay: c.overlay.clone(),
+        save: c.save.clone(),
         fakeroot: c.fakeroot,
         no_home: c.no_home,
         pid: c.pid,

@@ -301,7 +301,37 @@ pub fn import(store: &Store, f: &ImageFile, names: &[String]) -> Result<StoredIm
     // The command line's own form of the path: an import from another
     // directory of the same file gives the same id.
     let source = format!("{}:{}", f.format.transport(), f.path.display());
-    let config = synthetic_config(&run, &sealed.sha256, &source);
+    let squashfs = (f.compressor.as_str(), f.block_size);
+    publish_sealed(store, work, sealed, run, &source, squashfs, names)
+}
+
+/// Publishes the squashfs written as `image.sqfs` in `work` (a container
+/// saved with `berth run --save NAME`) as an image whose settings are
+/// `run`, named `names`; `squashfs` is its compressor and block size.
+pub fn publish_written(
+    store: &Store,
+    work: crate::store::WorkDir,
+    run: RunConfig,
+    source: &str,
+    squashfs: (&str, u32),
+    names: &[String],
+) -> Result<StoredImage> {
+    let sealed = crate::seal::seal_file(&work.path().join("image.sqfs"))?;
+    publish_sealed(store, work, sealed, run, source, squashfs, names)
+}
+
+/// Publishes the sealed `image.sqfs` of `work` under the id of a config
+/// berth writes (which holds the squashfs's digest).
+fn publish_sealed(
+    store: &Store,
+    work: crate::store::WorkDir,
+    sealed: Sealed,
+    run: RunConfig,
+    source: &str,
+    (compressor, block_size): (&str, u32),
+    names: &[String],
+) -> Result<StoredImage> {
+    let config = synthetic_config(&run, &sealed.sha256, source);
     let id = crate::layer::sha256_digest(&config);
     let _lock = store.lock_image(&id)?;
     if let Ok(existing) = store.find(&id) {
@@ -314,7 +344,7 @@ pub fn import(store: &Store, f: &ImageFile, names: &[String]) -> Result<StoredIm
         version: 1,
         id: id.clone(),
         manifest_digest: None,
-        source,
+        source: source.to_string(),
         platform: host_platform(),
         stored_at: timestamp(),
         run,
@@ -323,8 +353,8 @@ pub fn import(store: &Store, f: &ImageFile, names: &[String]) -> Result<StoredIm
             file: "image.sqfs".into(),
             size: sealed.size,
             sha256: sealed.sha256,
-            compressor: f.compressor.clone(),
-            block_size: f.block_size,
+            compressor: compressor.to_string(),
+            block_size,
             offset: 0,
             verity: Some(sealed.verity),
         },

@@ -1,6 +1,7 @@
 //! State that outlives a run: `--overlay DIR` keeps a container's changes
 //! (files, deletions, a package dpkg installed under `--fakeroot`) for the
 //! next run, one writer at a time; `DIR:ro` stacks them for many.
+//! `--save` makes a squashfs file or a store image of the container.
 
 use std::fs;
 use std::process::Command;
@@ -186,7 +187,95 @@ fn an_overlay_has_one_writer_at_a_time() {
     }
     // Not with a shared container, and not a path overlayfs cannot carry.
     sb.sh(&d, &["--overlay", &ov_arg, "--shared", "k"], "true")
-        .fails(125, "--overlay is for a container of its own");
+        .fails(125, "--overlay and --save are for a container of its own");
     sb.sh(&d, &["--overlay", "/tmp/a,b"], "true")
         .fails(125, "overlayfs's options cannot carry");
+}
+
+/// Asserts that `dir` holds one entry: no partial file, spool or overlay.
+fn only_the_saved_file(dir: &std::path::Path) {
+    let left: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+}
+
+#[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
+fn save_makes_a_file_or_an_image_of_the_container() {
+    let env = need_env!();
+    let mut sb = Sandbox::new(env);
+    let d = sb.debian();
+    let deb = hello_deb(&sb);
+    let bind = format!("{}:/pkg/hello.deb:ro", deb.display());
+    let out_dir = sb.dir.path().join("saved");
+    fs::create_dir_all(&out_dir).unwrap();
+    sb.chown_to_user(&out_dir);
+    let file = out_dir.join("hello.sqsh");
+    let file_arg = file.to_str().unwrap().to_string();
+    // A package, a file of another owner, a deletion and a directory
+    // replaced by an empty one.
+    let changes = "dpkg -i /pkg/hello.deb >/dev/null && touch /owned && chown 7:8 /owned && rm /etc/debian_version && rm -r /usr/share/doc && mkdir /usr/share/doc && echo changed";
+    let out = sb
+        .sh(
+            &d,
+            &["--fakeroot", "--save", &file_arg, "-v", &bind],
+            changes,
+        )
+        .ok();
+    assert_eq!(out.stdout(), "changed\n");
+    assert!(
+        out.stderr().contains("saved the container as"),
+        "{}",
+        out.stderr()
+    );
+    let look = "berth-hello; dpkg-query -W -f '${Status}\\n' berth-hello; stat -c %u:%g /owned; test -e /etc/debian_version && echo version || echo no-version; ls -A /usr/share/doc | wc -l";
+    let expect = "hello from a package\ninstall ok installed\n7:8\nno-version\n0\n";
+    assert_eq!(
+        sb.sh(&file_arg, &["--fakeroot"], look).ok().stdout(),
+        expect
+    );
+    // Nothing of the run's temporary overlay or the spool is left.
+    only_the_saved_file(&out_dir);
+
+    // As an image in the store, with the image's settings kept.
+    sb.sh(
+        &d,
+        &["--save", "saved/hello:1", "-v", &bind],
+        "echo note > /tmp-note 2>/dev/null; mkdir -p /srv/app/extra",
+    )
+    .ok();
+    let out = sb
+        .run(&[
+            "run",
+            "--entrypoint",
+            "",
+            "saved/hello:1",
+            "/bin/sh",
+            "-c",
+            "echo \"$GREETING\"; pwd; ls -d /srv/app/extra",
+        ])
+        .ok()
+        .stdout();
+    assert_eq!(out, "hello from the image\n/srv/app\n/srv/app/extra\n");
+    let images = sb.run(&["images"]).ok().stdout();
+    assert!(images.contains("localhost/saved/hello"), "{images}");
+
+    // A failed save leaves the earlier file as it was, and says why.
+    let before = fs::read(&file).unwrap();
+    sb.extra_env
+        .push(("BERTH_TAR2SQFS".into(), "/bin/false".into()));
+    sb.sh(&d, &["--save", &file_arg], "true")
+        .fails(125, "--save");
+    sb.extra_env.pop();
+    assert_eq!(fs::read(&file).unwrap(), before);
+    only_the_saved_file(&out_dir);
+    // Not to a file in a missing directory.
+    sb.sh(&d, &["--save", "/nonexistent/x.sqsh"], "true")
+        .fails(125, "does not exist");
 }

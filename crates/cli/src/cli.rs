@@ -194,7 +194,7 @@ pub struct ContainerArgs {
     /// Keep the container's changes in DIR (made if missing; its upper/ and work/ are overlayfs's) for later runs: the root is writable and one run at a time may use DIR. DIR:ro stacks DIR's changes read-only above the image, for any number of runs.
     #[arg(long, value_name = "DIR[:ro]")]
     pub overlay: Option<String>,
-    /// When the command ends, save the container's root (the image with its changes; the root is writable) as a squashfs file (TARGET ending in .sqsh, .squashfs or .sqfs: written beside it, then renamed over it) or as an image in the store named TARGET, with the image's settings.
+    /// When the command ends, save the container's root (the image with its changes; the root is writable) as a squashfs file (TARGET a path, starting with / or ., or ending in .sqsh, .squashfs or .sqfs: written beside it, then renamed over it) or as an image in the store named TARGET, with the image's settings.
     #[arg(long, value_name = "FILE.sqsh|NAME")]
     pub save: Option<String>,
     /// Be root inside the container (mapped to you outside).

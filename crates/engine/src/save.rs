@@ -1,7 +1,7 @@
 //! `--save TARGET`: when the command ends, the container's root (its image
-//! with the run's changes) becomes a squashfs file (TARGET ending in
-//! `.sqsh`, `.squashfs` or `.sqfs`) or an image in the store (TARGET a
-//! name) with the image's settings. The run keeps its changes in a host
+//! with the run's changes) becomes a squashfs file (TARGET a path, starting
+//! with `/` or `.`, or ending in `.sqsh`, `.squashfs` or `.sqfs`) or an
+//! image in the store (TARGET a name) with the image's settings. The run keeps its changes in a host
 //! directory for that: the `--overlay` directory, else a temporary one.
 //! The file is written under a temporary name beside TARGET and renamed
 //! over it when complete: a failed save leaves an older file as it was.
@@ -38,7 +38,14 @@ impl Target {
                 "--save needs a file (NAME.sqsh) or an image name".into(),
             ));
         }
-        if FILE_ENDINGS.iter().any(|e| spec.ends_with(e)) {
+        // A path (as an image file is told apart: `/` or `.` first), or a
+        // squashfs file's name.
+        if spec.starts_with(['/', '.']) || FILE_ENDINGS.iter().any(|e| spec.ends_with(e)) {
+            if spec.ends_with('/') {
+                return Err(Error::Usage(format!(
+                    "--save {spec}: names a directory; give a file (DIR/NAME.sqsh)"
+                )));
+            }
             let path = cwd.join(spec);
             let dir = path.parent().unwrap_or(Path::new("/"));
             if !dir.is_dir() {
@@ -48,11 +55,6 @@ impl Target {
                 )));
             }
             return Ok(Target::File(path));
-        }
-        if spec.contains('/') && spec.starts_with(['.', '/']) {
-            return Err(Error::Usage(format!(
-                "--save {spec}: a file must end in .sqsh, .squashfs or .sqfs (otherwise TARGET is an image name)"
-            )));
         }
         // A name without a registry lands under localhost/, as an import.
         let name = berth_image::reference::ImageRef::parse_local_name(spec)
@@ -223,7 +225,11 @@ mod tests {
             Target::Name("localhost/mine/app:v2".into())
         );
         assert!(Target::parse("/nonexistent-dir/x.sqsh", cwd).is_err());
-        assert!(Target::parse("./out/x", cwd).is_err());
+        assert_eq!(
+            Target::parse("./x", cwd).unwrap(),
+            Target::File("/tmp/./x".into())
+        );
+        assert!(Target::parse("/tmp/", cwd).is_err());
         assert!(Target::parse("Bad Name", cwd).is_err());
         assert!(Target::parse("", cwd).is_err());
     }

@@ -31,6 +31,7 @@ const VARIABLES: &[(&str, Var)] = &[
     ("PYXIS_CONTAINER_NAME", Var::Value("container-name")),
     ("PYXIS_CONTAINER_ENV", Var::Value("container-env")),
     ("PYXIS_CONTAINER_UNSHARE", Var::Value("container-unshare")),
+    ("PYXIS_CONTAINER_SAVE", Var::Value("container-save")),
     (
         "PYXIS_CONTAINER_MOUNT_HOME",
         Var::Flag("container-mount-home", "no-container-mount-home"),

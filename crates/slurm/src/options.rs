@@ -53,6 +53,9 @@ pub struct Options {
     pub unshare: Vec<String>,
     /// `--environment`: an environment definition file (CSCS's EDF).
     pub environment: Option<String>,
+    /// `--container-save`: the container's root saved as a squashfs file
+    /// when the task ends.
+    pub save: Option<String>,
 }
 
 impl Default for Options {
@@ -75,6 +78,7 @@ impl Default for Options {
             modules: Vec::new(),
             unshare: Vec::new(),
             environment: None,
+            save: None,
         }
     }
 }
@@ -149,6 +153,14 @@ pub fn apply(opts: &mut Options, name: &str, value: Option<&str>) -> Result<(), 
     match name {
         "container-image" => opts.image = Some(need(value)?),
         "environment" => opts.environment = Some(need(value)?),
+        "container-save" => {
+            let path = need(value)?;
+            if path.ends_with('/') {
+                return Err(format!("--{name}={path}: names a directory; give a file (DIR/NAME.sqsh)"));
+            }
+            // Always a file to berth run, never an image name.
+            opts.save = Some(if path.starts_with(['/', '.']) { path } else { format!("./{path}") });
+        }
         "container-mounts" => {
             for m in comma_list(name, &need(value)?)? {
                 // Repeated entries are skipped, as Pyxis does.
@@ -261,6 +273,7 @@ pub const OPTIONS: &[(&str, Option<&str>, &str)] = &[
     ("container-mode", Some("shared|per-task"), "[berth] one container per node that all tasks join (shared, default) or one per task"),
     ("container-gpus", Some("all|LIST"), "[berth] GPUs to give the container (berth run --gpus)"),
     ("container-modules", Some("NAME[,NAME...]"), "[berth] site modules to apply; mpi replaces the image's MPI with the host's"),
+    ("container-save", Some("PATH"), "[berth] when the step ends, save the container's root as a squashfs file (PATH, relative to the job's directory): the tasks get containers of their own (one task per node)"),
     ("environment", Some("NAME|PATH"), "[berth] run as the environment definition file says (CSCS's EDF: NAME.toml in EDF_PATH or ~/.edf, or a path); --container-* options add to it"),
     ("container-unshare", Some("net,ipc,uts"), "[berth] namespaces of the container's own (the node's tasks share them): net (no network but loopback), ipc, uts"),
 ];
@@ -312,7 +325,8 @@ pub fn berth_argv(
         "--argv0-fallback".into(),
         "--env-below-image".into(),
     ];
-    let shared = opts.mode == Mode::Shared || opts.name.is_some();
+    // A saved container is the task's own: a shared one outlives it.
+    let shared = (opts.mode == Mode::Shared || opts.name.is_some()) && opts.save.is_none();
     // A named container is joined as it runs (Pyxis's auto): its image and
     // options are those it was made with.
     let reuse = match (image, opts.name_flag) {
@@ -364,6 +378,9 @@ pub fn berth_argv(
     if opts.writable {
         a.push("--writable".into());
     }
+    if let Some(path) = &opts.save {
+        a.extend(["--save".into(), path.clone()]);
+    }
     if !opts.mount_home {
         a.push("--no-home".into());
     }
@@ -410,185 +427,4 @@ pub fn root_home_bind(opts: &Options, home: Option<&str>) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn task(step: Step) -> Task {
-        Task {
-            job_id: 42,
-            step,
-            argv: vec!["/usr/bin/hostname".into(), "-s".into()],
-            cwd: None,
-            node: None,
-        }
-    }
-
-    #[test]
-    fn defaults_are_pyxis_defaults_and_shared_mode() {
-        let mut o = Options::default();
-        apply(&mut o, "container-image", Some("reg:5000/x:1")).unwrap();
-        let a = berth_argv("/b", &o, Some("sha256:ab"), &task(Step::Id(3)), &[], 9);
-        assert_eq!(
-            a,
-            [
-                "/b",
-                "run",
-                "--argv0-fallback",
-                "--env-below-image",
-                "--shared",
-                "slurm-42.3",
-                "--entrypoint=",
-                "--workdir-image",
-                "sha256:ab",
-                "/usr/bin/hostname",
-                "-s"
-            ]
-        );
-    }
-
-    #[test]
-    fn every_option_maps() {
-        let mut o = Options::default();
-        for (n, v) in [
-            ("container-image", Some("img")),
-            (
-                "container-mounts",
-                Some("/data,/scratch:/s:ro,tmpfs:/t:size=1G,/data"),
-            ),
-            ("container-workdir", Some("/work")),
-            ("container-name", Some("dev:exec")),
-            ("container-writable", None),
-            ("no-container-mount-home", None),
-            ("container-remap-root", None),
-            ("container-entrypoint", None),
-            ("container-env", Some("A,B")),
-            ("container-gpus", Some("0,1")),
-            ("container-modules", Some("mpi,cxi")),
-        ] {
-            apply(&mut o, n, v).unwrap();
-        }
-        let a = berth_argv(
-            "b",
-            &o,
-            Some("img"),
-            &task(Step::Batch),
-            &["/spool:/spool:ro".into()],
-            60,
-        )
-        .join(" ");
-        assert_eq!(
-            a,
-            "b run --argv0-fallback --env-below-image --shared slurm-42-dev --linger 60 --reuse existing -v /data:/data -v /scratch:/s:ro -v /spool:/spool:ro --tmpfs /t:size=1G -w /work -e A -e B --writable --no-home --fakeroot --gpus 0,1 --mpi --module cxi /usr/bin/hostname -s"
-        );
-    }
-
-    #[test]
-    fn the_images_workdir_unless_one_is_named_or_a_batch_script() {
-        let mut o = Options::default();
-        let mut t = task(Step::Id(1));
-        t.cwd = Some("/home/u/run".into());
-        let a = berth_argv("b", &o, Some("img"), &t, &[], 0).join(" ");
-        assert!(
-            a.contains(" --workdir-image ") && !a.contains(" -w "),
-            "{a}"
-        );
-        t.step = Step::Batch;
-        let a = berth_argv("b", &o, Some("img"), &t, &[], 0).join(" ");
-        assert!(a.contains(" -w /home/u/run "), "{a}");
-        apply(&mut o, "container-workdir", Some("/w")).unwrap();
-        let a = berth_argv("b", &o, Some("img"), &t, &[], 0).join(" ");
-        assert!(a.contains(" -w /w ") && !a.contains("/home/u/run"), "{a}");
-        for (given, dir) in [("../", "/"), ("usr/../bin", "/bin"), ("/a/./b/", "/a/b")] {
-            apply(&mut o, "container-workdir", Some(given)).unwrap();
-            assert_eq!(o.workdir.as_deref(), Some(dir), "{given}");
-        }
-    }
-
-    #[test]
-    fn named_containers_are_joined_as_they_run() {
-        let mut o = Options::default();
-        apply(&mut o, "container-name", Some("dev")).unwrap();
-        let t = task(Step::Id(2));
-        let a = berth_argv("b", &o, None, &t, &[], 5).join(" ");
-        assert!(
-            a.contains("--shared slurm-42-dev --linger 5 --reuse existing")
-                && a.ends_with("--workdir-image /usr/bin/hostname -s"),
-            "{a}"
-        );
-        let a = berth_argv("b", &o, Some("img"), &t, &[], 5).join(" ");
-        assert!(
-            a.contains("--reuse any") && a.contains(" img /usr/bin/hostname"),
-            "{a}"
-        );
-        apply(&mut o, "container-name", Some("dev:create")).unwrap();
-        let a = berth_argv("b", &o, Some("img"), &t, &[], 5).join(" ");
-        assert!(a.contains("--reuse new"), "{a}");
-        apply(&mut o, "container-name", Some("dev:exec")).unwrap();
-        let a = berth_argv("b", &o, Some("img"), &t, &[], 5).join(" ");
-        assert!(
-            a.contains("--reuse existing") && !a.contains(" img "),
-            "{a}"
-        );
-    }
-
-    #[test]
-    fn roots_home_is_the_users_home_under_remap_root() {
-        let mut o = Options::default();
-        assert_eq!(root_home_bind(&o, Some("/home/u")), None);
-        apply(&mut o, "container-remap-root", None).unwrap();
-        assert_eq!(
-            root_home_bind(&o, Some("/home/u/")).as_deref(),
-            Some("/home/u:/root")
-        );
-        assert_eq!(root_home_bind(&o, Some("rel")), None);
-        assert_eq!(root_home_bind(&o, None), None);
-        apply(&mut o, "no-container-mount-home", None).unwrap();
-        assert_eq!(root_home_bind(&o, Some("/home/u")), None);
-    }
-
-    #[test]
-    fn per_task_mode_and_keys() {
-        let mut o = Options::default();
-        apply(&mut o, "container-mode", Some("per-task")).unwrap();
-        let a = berth_argv("b", &o, Some("img"), &task(Step::Id(0)), &[], 0);
-        assert!(!a.contains(&"--shared".to_string()));
-        assert_eq!(key(&o, &task(Step::Batch)), "slurm-42.batch");
-        let mut on = task(Step::Id(7));
-        on.node = Some("nid0012/x".into());
-        assert_eq!(key(&o, &on), "slurm-42.7.nid0012x");
-        assert_eq!(key(&o, &task(Step::Interactive)), "slurm-42.interactive");
-    }
-
-    #[test]
-    fn bad_values_say_why() {
-        let mut o = Options::default();
-        assert!(apply(&mut o, "container-mode", Some("pod"))
-            .unwrap_err()
-            .contains("per-task"));
-        assert!(apply(&mut o, "container-mounts", Some("rel:/x"))
-            .unwrap_err()
-            .contains("use a path"));
-        assert!(apply(&mut o, "container-env", Some("FOO,"))
-            .unwrap_err()
-            .contains("empty item"));
-        assert!(apply(&mut o, "container-name", Some("n:attach"))
-            .unwrap_err()
-            .contains("unknown flag"));
-        assert!(apply(&mut o, "container-mounts", Some("/a:/b:rbind+suid"))
-            .unwrap_err()
-            .contains("suid"));
-        assert!(apply(&mut o, "container-name", Some("a/b")).is_err());
-        assert!(apply(&mut o, "container-image", Some(" ")).is_err());
-    }
-
-    #[test]
-    fn an_environment_file_names_the_image_and_the_entrypoint() {
-        let mut o = Options::default();
-        apply(&mut o, "environment", Some("pt")).unwrap();
-        let a = berth_argv("b", &o, Some("sha256:1"), &task(Step::Id(0)), &[], 0).join(" ");
-        assert!(
-            a.contains("--environment pt --image sha256:1 ") && !a.contains("--entrypoint"),
-            "{a}"
-        );
-    }
-}
+mod tests;

@@ -300,6 +300,18 @@ unsafe impl Plugin for BerthPlugin {
             (None, Some(edf)) if var(EDF_VAR).as_ref() == Some(edf) => var(IMAGE_VAR),
             (None, _) => None,
         };
+        // Each task saves its own container: two on a node would write
+        // one file.
+        if let (Some(path), Some(per_node)) = (&opts.save, var("SLURM_STEP_TASKS_PER_NODE")) {
+            if several_per_node(&per_node) {
+                // The task's standard error is srun's output here.
+                let msg = format!(
+                    "berth: --container-save={path} needs one task per node (this step has {per_node} per node): each task's container is saved to PATH; run the step with --ntasks-per-node=1"
+                );
+                eprintln!("{msg}");
+                return Err(fail(msg));
+            }
+        }
         let step = match spank.job_stepid()? {
             BATCH_STEP => Step::Batch,
             INTERACTIVE_STEP => Step::Interactive,
@@ -400,4 +412,12 @@ fn note_state_dir(env: &[(String, String)], job: u32) {
 fn own_uid() -> u32 {
     // SAFETY: getuid(2) cannot fail and touches no memory.
     unsafe { libc::getuid() }
+}
+
+/// Whether Slurm's tasks-per-node list (`2(x3),1`) has a node with more
+/// than one task.
+fn several_per_node(list: &str) -> bool {
+    list.split(',')
+        .filter_map(|item| item.split('(').next()?.trim().parse::<u32>().ok())
+        .any(|n| n > 1)
 }

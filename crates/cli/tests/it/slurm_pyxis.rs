@@ -524,3 +524,66 @@ fn pyxis_pytorch_images_get_the_rendezvous_variables() {
     .ok();
     assert_eq!(last_line(&out), "unset");
 }
+
+#[test]
+#[cfg_attr(
+    not(berth_it_slurm),
+    ignore = "needs root, the test fixtures and berth's SPANK plugin: sudo bash tests/setup/setup.sh, then sudo bash tests/setup/slurm_plugin.sh target/debug"
+)]
+fn container_save_writes_a_squashfs_file_the_next_step_runs() {
+    let sb = sandbox();
+    let img = image(&sb, "debian-python");
+    // A relative PATH is the job's directory's; PYXIS_CONTAINER_SAVE too.
+    srun(
+        &sb,
+        &[],
+        &[
+            &img,
+            "--container-save=saved.sqsh",
+            "--container-remap-root",
+            "sh",
+            "-c",
+            "echo kept > /etc/note",
+        ],
+    )
+    .ok();
+    let saved = sb.dir.path().join("saved.sqsh");
+    assert!(saved.is_file());
+    let file = format!("--container-image={}", saved.display());
+    assert_eq!(
+        last_line(&srun(&sb, &[], &[&file, "cat", "/etc/note"]).ok()),
+        "kept"
+    );
+    // Run from the file and saved to itself, as the user (squashfs_image.bats 3, 4).
+    let to_itself = [
+        "--container-save=./saved.sqsh",
+        "sh",
+        "-c",
+        "echo more > /note2",
+    ];
+    let mut args = vec![file.as_str()];
+    args.extend(to_itself);
+    srun(&sb, &[], &args).ok();
+    let out = srun(&sb, &[], &[&file, "cat", "/etc/note", "/note2"]).ok();
+    assert_eq!(out.stdout().lines().collect::<Vec<_>>(), ["kept", "more"]);
+    srun(
+        &sb,
+        &[("PYXIS_CONTAINER_SAVE", "again.sqsh")],
+        &[&img, "true"],
+    )
+    .ok();
+    assert!(sb.dir.path().join("again.sqsh").is_file());
+    // Two tasks on a node would save two containers to one file.
+    let out = srun(
+        &sb,
+        &[],
+        &["-n2", &img, "--container-save=two.sqsh", "true"],
+    );
+    assert_ne!(out.code(), 0);
+    assert!(
+        out.stderr().contains("needs one task per node"),
+        "{}",
+        out.stderr()
+    );
+    assert!(!sb.dir.path().join("two.sqsh").exists());
+}

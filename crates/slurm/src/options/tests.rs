@@ -1,0 +1,192 @@
+use super::*;
+
+fn task(step: Step) -> Task {
+    Task {
+        job_id: 42,
+        step,
+        argv: vec!["/usr/bin/hostname".into(), "-s".into()],
+        cwd: None,
+        node: None,
+    }
+}
+
+#[test]
+fn defaults_are_pyxis_defaults_and_shared_mode() {
+    let mut o = Options::default();
+    apply(&mut o, "container-image", Some("reg:5000/x:1")).unwrap();
+    let a = berth_argv("/b", &o, Some("sha256:ab"), &task(Step::Id(3)), &[], 9);
+    assert_eq!(
+        a,
+        [
+            "/b",
+            "run",
+            "--argv0-fallback",
+            "--env-below-image",
+            "--shared",
+            "slurm-42.3",
+            "--entrypoint=",
+            "--workdir-image",
+            "sha256:ab",
+            "/usr/bin/hostname",
+            "-s"
+        ]
+    );
+}
+
+#[test]
+fn every_option_maps() {
+    let mut o = Options::default();
+    for (n, v) in [
+        ("container-image", Some("img")),
+        (
+            "container-mounts",
+            Some("/data,/scratch:/s:ro,tmpfs:/t:size=1G,/data"),
+        ),
+        ("container-workdir", Some("/work")),
+        ("container-name", Some("dev:exec")),
+        ("container-writable", None),
+        ("no-container-mount-home", None),
+        ("container-remap-root", None),
+        ("container-entrypoint", None),
+        ("container-env", Some("A,B")),
+        ("container-gpus", Some("0,1")),
+        ("container-modules", Some("mpi,cxi")),
+    ] {
+        apply(&mut o, n, v).unwrap();
+    }
+    let a = berth_argv(
+        "b",
+        &o,
+        Some("img"),
+        &task(Step::Batch),
+        &["/spool:/spool:ro".into()],
+        60,
+    )
+    .join(" ");
+    assert_eq!(
+        a,
+        "b run --argv0-fallback --env-below-image --shared slurm-42-dev --linger 60 --reuse existing -v /data:/data -v /scratch:/s:ro -v /spool:/spool:ro --tmpfs /t:size=1G -w /work -e A -e B --writable --no-home --fakeroot --gpus 0,1 --mpi --module cxi /usr/bin/hostname -s"
+    );
+}
+
+#[test]
+fn the_images_workdir_unless_one_is_named_or_a_batch_script() {
+    let mut o = Options::default();
+    let mut t = task(Step::Id(1));
+    t.cwd = Some("/home/u/run".into());
+    let a = berth_argv("b", &o, Some("img"), &t, &[], 0).join(" ");
+    assert!(
+        a.contains(" --workdir-image ") && !a.contains(" -w "),
+        "{a}"
+    );
+    t.step = Step::Batch;
+    let a = berth_argv("b", &o, Some("img"), &t, &[], 0).join(" ");
+    assert!(a.contains(" -w /home/u/run "), "{a}");
+    apply(&mut o, "container-workdir", Some("/w")).unwrap();
+    let a = berth_argv("b", &o, Some("img"), &t, &[], 0).join(" ");
+    assert!(a.contains(" -w /w ") && !a.contains("/home/u/run"), "{a}");
+    for (given, dir) in [("../", "/"), ("usr/../bin", "/bin"), ("/a/./b/", "/a/b")] {
+        apply(&mut o, "container-workdir", Some(given)).unwrap();
+        assert_eq!(o.workdir.as_deref(), Some(dir), "{given}");
+    }
+}
+
+#[test]
+fn named_containers_are_joined_as_they_run() {
+    let mut o = Options::default();
+    apply(&mut o, "container-name", Some("dev")).unwrap();
+    let t = task(Step::Id(2));
+    let a = berth_argv("b", &o, None, &t, &[], 5).join(" ");
+    assert!(
+        a.contains("--shared slurm-42-dev --linger 5 --reuse existing")
+            && a.ends_with("--workdir-image /usr/bin/hostname -s"),
+        "{a}"
+    );
+    let a = berth_argv("b", &o, Some("img"), &t, &[], 5).join(" ");
+    assert!(
+        a.contains("--reuse any") && a.contains(" img /usr/bin/hostname"),
+        "{a}"
+    );
+    apply(&mut o, "container-name", Some("dev:create")).unwrap();
+    let a = berth_argv("b", &o, Some("img"), &t, &[], 5).join(" ");
+    assert!(a.contains("--reuse new"), "{a}");
+    apply(&mut o, "container-name", Some("dev:exec")).unwrap();
+    let a = berth_argv("b", &o, Some("img"), &t, &[], 5).join(" ");
+    assert!(
+        a.contains("--reuse existing") && !a.contains(" img "),
+        "{a}"
+    );
+}
+
+#[test]
+fn roots_home_is_the_users_home_under_remap_root() {
+    let mut o = Options::default();
+    assert_eq!(root_home_bind(&o, Some("/home/u")), None);
+    apply(&mut o, "container-remap-root", None).unwrap();
+    assert_eq!(
+        root_home_bind(&o, Some("/home/u/")).as_deref(),
+        Some("/home/u:/root")
+    );
+    assert_eq!(root_home_bind(&o, Some("rel")), None);
+    assert_eq!(root_home_bind(&o, None), None);
+    apply(&mut o, "no-container-mount-home", None).unwrap();
+    assert_eq!(root_home_bind(&o, Some("/home/u")), None);
+}
+
+#[test]
+fn per_task_mode_and_keys() {
+    let mut o = Options::default();
+    apply(&mut o, "container-mode", Some("per-task")).unwrap();
+    let a = berth_argv("b", &o, Some("img"), &task(Step::Id(0)), &[], 0);
+    assert!(!a.contains(&"--shared".to_string()));
+    assert_eq!(key(&o, &task(Step::Batch)), "slurm-42.batch");
+    let mut on = task(Step::Id(7));
+    on.node = Some("nid0012/x".into());
+    assert_eq!(key(&o, &on), "slurm-42.7.nid0012x");
+    assert_eq!(key(&o, &task(Step::Interactive)), "slurm-42.interactive");
+}
+
+#[test]
+fn bad_values_say_why() {
+    let mut o = Options::default();
+    assert!(apply(&mut o, "container-mode", Some("pod"))
+        .unwrap_err()
+        .contains("per-task"));
+    assert!(apply(&mut o, "container-mounts", Some("rel:/x"))
+        .unwrap_err()
+        .contains("use a path"));
+    assert!(apply(&mut o, "container-env", Some("FOO,"))
+        .unwrap_err()
+        .contains("empty item"));
+    assert!(apply(&mut o, "container-name", Some("n:attach"))
+        .unwrap_err()
+        .contains("unknown flag"));
+    assert!(apply(&mut o, "container-mounts", Some("/a:/b:rbind+suid"))
+        .unwrap_err()
+        .contains("suid"));
+    assert!(apply(&mut o, "container-name", Some("a/b")).is_err());
+    assert!(apply(&mut o, "container-image", Some(" ")).is_err());
+}
+
+#[test]
+fn an_environment_file_names_the_image_and_the_entrypoint() {
+    let mut o = Options::default();
+    apply(&mut o, "environment", Some("pt")).unwrap();
+    let a = berth_argv("b", &o, Some("sha256:1"), &task(Step::Id(0)), &[], 0).join(" ");
+    assert!(
+        a.contains("--environment pt --image sha256:1 ") && !a.contains("--entrypoint"),
+        "{a}"
+    );
+}
+
+#[test]
+fn a_saved_container_is_the_task_s_own() {
+    let mut o = Options::default();
+    apply(&mut o, "container-save", Some("out.sqsh")).unwrap();
+    let a = berth_argv("b", &o, Some("img"), &task(Step::Id(0)), &[], 0).join(" ");
+    assert!(
+        a.contains("--save ./out.sqsh") && !a.contains("--shared"),
+        "{a}"
+    );
+    assert!(apply(&mut o, "container-save", Some("/tmp/")).is_err());
+}

@@ -37,12 +37,7 @@ bench_start "it switches to $BENCH_USER"
 install_packages podman catatonit uidmap fuse-overlayfs squashfs-tools squashfs-tools-ng jq curl \
     charliecloud-common charliecloud-runtime python3-lark python3-requests git
 bench_user_setup
-ensure_registry
-if [[ $(curl -s -o /dev/null -w '%{http_code}' -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
-    "http://$REGISTRY/v2/bench/debian-python/manifests/bookworm") != 200 ]]; then
-    log "no base image in the registry: running bench/pull.sh --smoke --tools berth to build and push it"
-    "$HERE/pull.sh" --smoke --tools berth > /dev/null
-fi
+ensure_bench_image
 IMG=$REGISTRY/bench/debian-python:bookworm
 W=$WORK/build
 rm -rf "$W"

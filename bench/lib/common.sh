@@ -206,6 +206,16 @@ ensure_registry() {
     registry_up || die "registry on $REGISTRY still not answering"
 }
 
+# ensure_bench_image: pull.sh's image (bench/debian-python:bookworm) in the
+# registry, built and pushed by a smoke run of pull.sh when it is missing.
+ensure_bench_image() {
+    ensure_registry
+    [[ $(curl -s -o /dev/null -w '%{http_code}' -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
+        "http://$REGISTRY/v2/${IMAGE_PATH%:*}/manifests/${IMAGE_PATH##*:}" 2>/dev/null) == 200 ]] && return 0
+    log "no base image in the registry: running bench/pull.sh --smoke --tools berth to build and push it"
+    "$REPO_ROOT/bench/pull.sh" --smoke --tools berth > /dev/null
+}
+
 # need_base_layout: pull.sh's image as an OCI layout (WORK/oci), made by a
 # smoke run of pull.sh when it is not there yet.
 need_base_layout() {

@@ -8,6 +8,7 @@ pub mod mpi;
 pub mod pull;
 pub mod pynamic;
 pub mod ranks;
+pub mod save;
 pub mod settings;
 pub mod slurm;
 pub mod start;
@@ -142,6 +143,13 @@ pub const ALL: &[Benchmark] = &[
         prefix: "build-",
         accept: build::accept,
         render: build::render,
+    },
+    Benchmark {
+        name: "save",
+        script: "bench/save.sh",
+        prefix: "save-",
+        accept: save::accept,
+        render: save::render,
     },
 ];
 

@@ -200,6 +200,9 @@ pub struct ContainerArgs {
     /// Be root inside the container (mapped to you outside).
     #[arg(long)]
     pub fakeroot: bool,
+    /// With --fakeroot: fake the calls that change owners and identities (chown, setuid, mknod of devices) so that apt-get, dpkg and pip install packages: auto (where you have no /etc/subuid range, the default), seccomp (always) or none.
+    #[arg(long, value_name = "auto|seccomp|none")]
+    pub root_emulation: Option<String>,
     /// Do not bind your home directory.
     #[arg(long)]
     pub no_home: bool,

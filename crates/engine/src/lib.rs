@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use berth_config::Config;
 use berth_runtime::container::{self, ImageSpec, Process, RunSpec};
-use berth_runtime::seccomp::Seccomp;
+use berth_runtime::seccomp::{RootEmulation, Seccomp};
 use berth_runtime::semantics::{self, ImageDefaults, UserRequest};
 use berth_runtime::shared::{self, Placement, Reuse};
 use berth_runtime::IdMode;
@@ -126,6 +126,7 @@ pub fn prepare(
         own.check_joinable(info)?;
     }
     let seccomp = security_options(&req.security_opt, mode)?;
+    let root_emulation = root_emulation(req.root_emulation.as_deref(), mode)?;
     if let Some(s) = &req.shared {
         shared::validate_key(&s.key)?;
         if mode == IdMode::HostRoot {
@@ -291,6 +292,7 @@ pub fn prepare(
             workdir,
             argv0_fallback: req.argv0_fallback,
             seccomp,
+            root_emulation,
         },
         template: use_template.then(|| berth_runtime::keeper::Template {
             binds: run_binds.common.clone(),
@@ -331,6 +333,28 @@ pub fn prepare(
             node_lock: found.lock,
             overlay: overlay_lock,
         },
+    })
+}
+
+/// `--root-emulation` for a command in `mode`: only `--fakeroot` runs get
+/// one (`auto` unless asked otherwise).
+fn root_emulation(word: Option<&str>, mode: IdMode) -> Result<RootEmulation> {
+    let asked = match word {
+        None => RootEmulation::Auto,
+        Some(w) => RootEmulation::parse(w).ok_or_else(|| {
+            Error::Usage(format!(
+                "--root-emulation {w:?}: use auto (when you have no subordinate id range), seccomp or none"
+            ))
+        })?,
+    };
+    Ok(match mode {
+        IdMode::FakeRoot => asked,
+        _ if asked == RootEmulation::Seccomp => {
+            return Err(Error::Usage(
+                "--root-emulation seccomp is for --fakeroot runs (root inside)".into(),
+            ))
+        }
+        _ => RootEmulation::None,
     })
 }
 

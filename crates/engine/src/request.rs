@@ -43,6 +43,8 @@ pub struct RunRequest {
     pub save: Option<String>,
     /// `--fakeroot`.
     pub fakeroot: bool,
+    /// `--root-emulation`: `auto` (the default), `seccomp` or `none`.
+    pub root_emulation: Option<String>,
     /// `--no-home`.
     pub no_home: bool,
     /// `--pid`.

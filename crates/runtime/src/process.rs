@@ -118,14 +118,15 @@ pub fn resolve_or_exit(
 
 /// The last step in the container: only the descriptors the command must
 /// inherit (stdio, the launcher's PMI socket) stay open, signals
-/// take their defaults, the seccomp filter is on, and `program` replaces
+/// take their defaults, the seccomp filter is on (and the root-emulation
+/// filter where `emulate_root`), and `program` replaces
 /// berth. `timing` is reported with the filter's installation as its last
 /// phase (`seccomp`).
 pub fn exec_command(
     program: &Path,
     argv: &[String],
     env: &[(String, String)],
-    seccomp: &crate::seccomp::Seccomp,
+    (seccomp, emulate_root): (&crate::seccomp::Seccomp, bool),
     mut timing: Timing,
 ) -> ! {
     sys::fds::cloexec_all_but(&inherited_fds());
@@ -134,6 +135,12 @@ pub fn exec_command(
     if let Err(e) = crate::seccomp::install(seccomp) {
         eprintln!("berth: error: {e}");
         sys::exit_now(EXIT_BERTH);
+    }
+    if emulate_root {
+        if let Err(e) = crate::seccomp::root_emulation::install() {
+            eprintln!("berth: error: cannot install the root-emulation filter: {e}");
+            sys::exit_now(EXIT_BERTH);
+        }
     }
     timing.mark("seccomp");
     timing.report();

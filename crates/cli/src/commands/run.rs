@@ -95,6 +95,7 @@ fn request(image: &str, c: &ContainerArgs) -> RunRequest {
         overlay: c.overlay.clone(),
         save: c.save.clone(),
         fakeroot: c.fakeroot,
+        root_emulation: c.root_emulation.clone(),
         no_home: c.no_home,
         pid: c.pid,
         net_none: c.net == "none",

@@ -37,6 +37,11 @@ pub fn exec(args: ExecArgs) -> Result<ExitCode> {
         workdir: args.workdir.unwrap_or(info.workdir),
         argv0_fallback: false,
         seccomp: berth_runtime::seccomp::Seccomp::Default,
+        root_emulation: if info.mode == berth_runtime::IdMode::FakeRoot {
+            berth_runtime::seccomp::RootEmulation::Auto
+        } else {
+            berth_runtime::seccomp::RootEmulation::None
+        },
     };
     match shared::exec(&args.name, &job) {
         Ok(code) => Ok(ExitCode::from(code.clamp(0, 255) as u8)),

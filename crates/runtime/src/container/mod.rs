@@ -57,6 +57,9 @@ pub struct Process {
     pub argv0_fallback: bool,
     /// The seccomp filter the command runs under.
     pub seccomp: crate::seccomp::Seccomp,
+    /// Root emulation (owner and identity calls faked) for `--fakeroot`.
+    #[serde(default)]
+    pub root_emulation: crate::seccomp::RootEmulation,
 }
 
 fn env_strings<S: serde::Serializer>(
@@ -320,7 +323,8 @@ fn start_in_child(
         }
     }
     timing.mark("exec");
-    process::exec_command(&program, &p.argv, &built.env, &p.seccomp, timing)
+    let emulate = p.root_emulation.wanted();
+    process::exec_command(&program, &p.argv, &built.env, (&p.seccomp, emulate), timing)
 }
 
 /// A container built in the calling process: it is in the container's
@@ -402,6 +406,8 @@ pub fn build(
                 stage: &stage,
                 writable: spec.writable,
                 persistent: spec.overlay.as_ref(),
+                user_xattr: spec.identity.mode.has_user_namespace(),
+                apt_hint: spec.process.root_emulation.wanted(),
             },
             fresh_proc: spec.pid_ns,
             binds: &spec.binds,

@@ -29,6 +29,7 @@ fn spec(template: bool, extra: &[&str]) -> RunSpec {
             workdir: "/".into(),
             argv0_fallback: false,
             seccomp: Default::default(),
+            root_emulation: Default::default(),
         },
         identity: Identity {
             mode: IdMode::Identity,

@@ -72,6 +72,10 @@ pub(super) fn start_prepared_root(
                         stage: &stage,
                         writable: false,
                         persistent: None,
+                        // A keeper's template: always in its user namespace.
+                        user_xattr: true,
+                        // Joined runs that emulate root do not write.
+                        apt_hint: false,
                     },
                     fresh_proc: false,
                     confined: false,

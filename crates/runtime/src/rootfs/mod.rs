@@ -88,6 +88,14 @@ pub enum Layers<'a> {
         /// A host directory whose `upper/` is the upper layer (in place of
         /// the tmpfs's), or, read-only, a layer above the image.
         persistent: Option<&'a PersistentOverlay>,
+        /// Mounted in a user namespace: overlayfs keeps its marks in
+        /// `user.` extended attributes (without them it cannot rename a
+        /// directory dpkg unpacked: EXDEV).
+        user_xattr: bool,
+        /// Root emulation runs the command: apt's hint
+        /// ([`crate::seccomp::root_emulation::APT_HINT_PATH`]) sits in a
+        /// layer of its own above the image, never in the upper layer.
+        apt_hint: bool,
     },
     /// An existing directory (a build stage's root), bound onto itself.
     Directory(&'a Path),
@@ -236,6 +244,8 @@ fn base<'a>(k: &dyn Kernel, layers: Layers<'a>) -> Result<(PathBuf, Option<(&'a 
             image,
             stage,
             persistent,
+            user_xattr,
+            apt_hint,
             ..
         } => {
             k.mount(
@@ -256,7 +266,18 @@ fn base<'a>(k: &dyn Kernel, layers: Layers<'a>) -> Result<(PathBuf, Option<(&'a 
                 }
             }
             let root = stage.join("root");
-            let opts = persistent::overlay_options(image, stage, persistent);
+            let hints = stage.join("hints");
+            let hints = apt_hint
+                .then(|| {
+                    std::fs::create_dir(&hints)
+                        .and_then(|()| {
+                            crate::seccomp::root_emulation::write_apt_hint(image, &hints)
+                        })
+                        .inspect_err(|e| tracing::warn!("cannot write apt's hint: {e}"))
+                        .unwrap_or(false)
+                })
+                .and_then(|written| written.then_some(hints.as_path()));
+            let opts = persistent::overlay_options(image, stage, persistent, user_xattr, hints);
             k.mount(
                 Some(Path::new("berth")),
                 &root,

@@ -40,15 +40,27 @@ pub(super) fn overlay_options(
     image: &Path,
     stage: &Path,
     persistent: Option<&PersistentOverlay>,
+    user_xattr: bool,
+    hints: Option<&Path>,
 ) -> String {
     let (tmp_upper, tmp_work) = (stage.join("upper"), stage.join("work"));
+    // A layer of berth's own (apt's hint) above everything read-only.
+    let image = match hints {
+        Some(h) => PathBuf::from(format!("{}:{}", h.display(), image.display())),
+        None => image.to_path_buf(),
+    };
+    let image = image.as_path();
     let Some(p) = persistent else {
-        return format!(
+        let mut opts = format!(
             "lowerdir={},upperdir={},workdir={}",
             image.display(),
             tmp_upper.display(),
             tmp_work.display()
         );
+        if user_xattr {
+            opts.push_str(",userxattr");
+        }
+        return opts;
     };
     let mut opts = if p.readonly {
         format!(
@@ -66,7 +78,7 @@ pub(super) fn overlay_options(
             p.work().display()
         )
     };
-    if p.user_xattr {
+    if p.user_xattr || user_xattr {
         opts.push_str(",userxattr");
     }
     opts
@@ -87,7 +99,13 @@ mod tests {
     #[test]
     fn the_tmpfs_is_the_upper_layer_without_a_directory() {
         assert_eq!(
-            overlay_options(Path::new("/k/image"), Path::new("/k/stage"), None),
+            overlay_options(
+                Path::new("/k/image"),
+                Path::new("/k/stage"),
+                None,
+                false,
+                None
+            ),
             "lowerdir=/k/image,upperdir=/k/stage/upper,workdir=/k/stage/work"
         );
     }
@@ -96,7 +114,13 @@ mod tests {
     fn a_writable_directory_is_the_upper_layer() {
         let p = overlay(false);
         assert_eq!(
-            overlay_options(Path::new("/k/image"), Path::new("/k/stage"), Some(&p)),
+            overlay_options(
+                Path::new("/k/image"),
+                Path::new("/k/stage"),
+                Some(&p),
+                false,
+                None
+            ),
             "lowerdir=/k/image,upperdir=/scratch/ov/upper,workdir=/scratch/ov/work,userxattr"
         );
     }
@@ -108,8 +132,28 @@ mod tests {
             ..overlay(true)
         };
         assert_eq!(
-            overlay_options(Path::new("/k/image"), Path::new("/k/stage"), Some(&p)),
+            overlay_options(
+                Path::new("/k/image"),
+                Path::new("/k/stage"),
+                Some(&p),
+                false,
+                None
+            ),
             "lowerdir=/scratch/ov/upper:/k/image,upperdir=/k/stage/upper,workdir=/k/stage/work"
+        );
+    }
+
+    #[test]
+    fn apt_hints_lie_above_the_image() {
+        assert_eq!(
+            overlay_options(
+                Path::new("/k/image"),
+                Path::new("/k/stage"),
+                None,
+                true,
+                Some(Path::new("/k/stage/hints"))
+            ),
+            "lowerdir=/k/stage/hints:/k/image,upperdir=/k/stage/upper,workdir=/k/stage/work,userxattr"
         );
     }
 }

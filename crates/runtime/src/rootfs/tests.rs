@@ -74,6 +74,8 @@ fn plan<'a>(s: &'a Scene, binds: &'a [Bind]) -> RootfsPlan<'a> {
             stage: &s.stage,
             writable: false,
             persistent: None,
+            user_xattr: false,
+            apt_hint: false,
         },
         fresh_proc: false,
         binds,
@@ -252,6 +254,8 @@ fn read_only_remounts_come_last() {
             stage: &s.stage,
             writable: true,
             persistent: None,
+            user_xattr: false,
+            apt_hint: false,
         }
     });
     assert!(!mounts(&k)

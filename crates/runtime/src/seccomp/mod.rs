@@ -25,6 +25,9 @@ use crate::error::{Error, Result};
 use crate::idmap::IdMode;
 
 pub mod profile;
+pub mod root_emulation;
+
+pub use root_emulation::RootEmulation;
 
 /// Which filter a container command gets.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -193,6 +196,12 @@ enum Label {
     Compat,
     Ioctl,
     Deny,
+    /// Root emulation: return success without doing it.
+    Fake,
+    /// Root emulation: `mknod`'s mode (its second argument) decides.
+    ModeArg1,
+    /// Root emulation: `mknodat`'s mode (its third argument) decides.
+    ModeArg2,
 }
 
 /// Resolves labels into the relative offsets classic BPF jumps take (the

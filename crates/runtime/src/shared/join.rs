@@ -126,5 +126,12 @@ fn enter_and_exec(k: &dyn Kernel, entry: Entry, job: &Process) -> Result<std::co
         .map_err(|e| Error::sys("set no_new_privs", None, e))?;
     let program =
         process::resolve_or_exit(&job.argv[0], &job.env, &job.workdir, job.argv0_fallback);
-    process::exec_command(&program, &job.argv, &job.env, &job.seccomp, Timing::off())
+    let emulate = job.root_emulation.wanted();
+    process::exec_command(
+        &program,
+        &job.argv,
+        &job.env,
+        (&job.seccomp, emulate),
+        Timing::off(),
+    )
 }

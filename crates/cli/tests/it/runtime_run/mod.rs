@@ -9,9 +9,11 @@
 //!   records.
 //! - [`environment`]: `--environment`: CSCS's environment definition files.
 //! - [`persistent`]: `--overlay`: changes kept across runs.
+//! - [`root_emulation`]: `--fakeroot` without a subordinate id range.
 
 mod command;
 mod environment;
 mod isolation;
 mod node;
 mod persistent;
+mod root_emulation;

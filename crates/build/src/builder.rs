@@ -22,6 +22,7 @@ pub use crate::manifest::Built;
 use crate::manifest::{assemble, StepResults};
 use crate::plan::{Base, Plan, PlanStage, PlanStep};
 use crate::{Error, Result};
+use berth_runtime::seccomp::RootEmulation;
 
 /// What `berth build` asks for.
 #[derive(Debug, Clone)]
@@ -36,6 +37,8 @@ pub struct Request {
     pub target: Option<String>,
     /// `--no-cache`: run every step.
     pub no_cache: bool,
+    /// `--root-emulation`: how RUN steps are root.
+    pub root_emulation: RootEmulation,
 }
 
 /// Where the build keeps things in the store.
@@ -57,6 +60,7 @@ pub fn build(
     worker: &dyn Fn(&Path) -> Result<i32>,
 ) -> Result<Built> {
     let df = dockerfile::parse(&req.dockerfile)?;
+    let emulate = req.root_emulation.decide().map_err(Error::Usage)?;
     let escape = df.escape;
     let blobs = Blobs::new(&paths.blobs)?;
     let globals = global_args(&df, &req.build_args);
@@ -117,7 +121,14 @@ pub fn build(
                 };
                 (Base::Stage(j), st)
             }
-            None => start_stage(&froms[i], stage, base, &blobs, &paths.cache)?,
+            None => {
+                let (b, mut st) = start_stage(&froms[i], stage, base, &blobs, &paths.cache)?;
+                // Emulated root gives other owners: a cache of its own.
+                if emulate {
+                    st.key = cache_key::chain(&st.key, &cache_key::of(&["root-emulation"]));
+                }
+                (b, st)
+            }
         };
         let stage_keys = |j: usize| states[j].as_ref().map(|s| s.key.clone());
         let around = Surroundings {
@@ -171,6 +182,7 @@ pub fn build(
         cache: paths.cache.clone(),
         context: req.context.clone(),
         stages: plan_stages,
+        root_emulation: emulate,
     };
     if ran > 0 {
         run_worker(&plan, &paths.work, worker)?;

@@ -21,6 +21,10 @@ pub struct Plan {
     pub context: PathBuf,
     /// Stages, in Dockerfile order.
     pub stages: Vec<PlanStage>,
+    /// RUN steps run under root emulation (owner and identity calls
+    /// faked); COPY --chown leaves files root's as well.
+    #[serde(default)]
+    pub root_emulation: bool,
 }
 
 /// A stage.

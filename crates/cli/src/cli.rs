@@ -107,6 +107,10 @@ pub struct BuildArgs {
     /// Run every step, ignoring the build cache.
     #[arg(long)]
     pub no_cache: bool,
+    /// RUN steps as root: auto (your /etc/subuid range where you have one, else a seccomp filter that fakes chown, setuid and device mknod; files are then root's), seccomp, subuid (an error without a range) or none.
+    #[arg(long, value_name = "auto|seccomp|subuid|none", default_value = "auto",
+          value_parser = ["auto", "seccomp", "subuid", "none"])]
+    pub root_emulation: String,
     /// Platform of the base images (os/arch; only this host's can run steps).
     #[arg(long)]
     pub platform: Option<String>,
@@ -200,8 +204,8 @@ pub struct ContainerArgs {
     /// Be root inside the container (mapped to you outside).
     #[arg(long)]
     pub fakeroot: bool,
-    /// With --fakeroot: fake the calls that change owners and identities (chown, setuid, mknod of devices) so that apt-get, dpkg and pip install packages: auto (where you have no /etc/subuid range, the default), seccomp (always) or none.
-    #[arg(long, value_name = "auto|seccomp|none")]
+    /// With --fakeroot: fake the calls that change owners and identities (chown, setuid, mknod of devices) so that apt-get, dpkg and pip install packages: auto (where you have no /etc/subuid range, the default), seccomp (always), subuid (never; an error without a range) or none.
+    #[arg(long, value_name = "auto|seccomp|subuid|none")]
     pub root_emulation: Option<String>,
     /// Do not bind your home directory.
     #[arg(long)]

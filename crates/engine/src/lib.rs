@@ -343,10 +343,13 @@ fn root_emulation(word: Option<&str>, mode: IdMode) -> Result<RootEmulation> {
         None => RootEmulation::Auto,
         Some(w) => RootEmulation::parse(w).ok_or_else(|| {
             Error::Usage(format!(
-                "--root-emulation {w:?}: use auto (when you have no subordinate id range), seccomp or none"
+                "--root-emulation {w:?}: use auto (when you have no subordinate id range), seccomp, subuid or none"
             ))
         })?,
     };
+    if mode == IdMode::FakeRoot && asked == RootEmulation::Subuid {
+        asked.decide().map_err(Error::Usage)?;
+    }
     Ok(match mode {
         IdMode::FakeRoot => asked,
         _ if asked == RootEmulation::Seccomp => {

@@ -116,6 +116,13 @@ fn find_range(text: &str, owner: Option<&str>, id: u32) -> Option<(u32, u32)> {
     })
 }
 
+/// Whether the caller has subordinate uid and gid ranges and the helpers
+/// that map them (what `--fakeroot` and builds use when there).
+pub fn has_subordinate_ranges() -> bool {
+    let uid = rustix::process::getuid().as_raw();
+    subid_ranges(uid, rustix::process::getgid().as_raw()).is_some()
+}
+
 /// The caller's subordinate uid and gid ranges `(start, count)`, when both
 /// files grant one and the helpers exist.
 fn subid_ranges(uid: u32, gid: u32) -> Option<((u32, u32), (u32, u32))> {

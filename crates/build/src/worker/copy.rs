@@ -169,7 +169,9 @@ fn finish(
     owner: Option<(u32, u32)>,
     chmod: Option<u32>,
 ) -> Result<(), InImageError> {
-    let (u, g) = owner.unwrap_or((0, 0));
+    // Under root emulation files are root's, as RUN's faked chowns leave
+    // them, whatever the map could give.
+    let (u, g) = owner.filter(|_| !super::emulating()).unwrap_or((0, 0));
     std::os::unix::fs::lchown(dst, Some(u), Some(g))
         .map_err(|e| InImageError::file("chown", dst, e))?;
     if meta.file_type().is_symlink() {

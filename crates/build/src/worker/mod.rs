@@ -48,6 +48,15 @@ use stage::{ensure, StageRoot};
 /// own code): the build's exit code.
 pub const EXIT_STEP_FAILED: i32 = Exit::Build.code() as i32;
 
+/// Set once, when the plan asks for root emulation: RUN steps get the
+/// filter and apt's hint, `--chown` leaves files root's.
+static ROOT_EMULATION: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether this worker emulates root.
+fn emulating() -> bool {
+    ROOT_EMULATION.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Exit code of the worker when it fails itself (it printed why).
 pub const EXIT_WORKER: i32 = Exit::Berth.code() as i32;
 
@@ -100,7 +109,14 @@ fn run(plan_path: &Path) -> Result<()> {
     // namespace only) cannot open its /proc files, its root (the host's)
     // among them. They also get their own PID namespace (sandbox_exec).
     berth_runtime::process::not_dumpable();
-    if !full_map {
+    ROOT_EMULATION.store(plan.root_emulation, std::sync::atomic::Ordering::Relaxed);
+    if plan.root_emulation {
+        eprintln!(
+            "berth: note: RUN steps run under root emulation (no subordinate id range for you, or \
+             --root-emulation seccomp): chown, setuid and device mknod succeed without effect, \
+             so every file the build makes is root's"
+        );
+    } else if !full_map {
         eprintln!(
             "berth: note: no subordinate id range for you in /etc/subuid and /etc/subgid (or no newuidmap): \
              the build maps only your own id, so files keep root as owner and steps that chown to other users fail"

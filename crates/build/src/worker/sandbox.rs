@@ -38,6 +38,11 @@ pub(super) fn run_step(
             made_files.push(p);
         }
     }
+    // apt's hint to stay root, for this step only (removed before the
+    // step's changes are read).
+    let hint = super::emulating()
+        && berth_runtime::seccomp::root_emulation::write_apt_hint(root, root)
+            .map_err(|e| Error::io("write apt's hint in", root, e))?;
     let code = match sys::fork().map_err(|e| Error::io("fork for", root, e))? {
         Fork::Child => {
             let err = sandbox_exec(root, argv, env, workdir, user);
@@ -49,6 +54,9 @@ pub(super) fn run_step(
             _ => 125,
         },
     };
+    if hint {
+        let _ = fs::remove_file(root.join(berth_runtime::seccomp::root_emulation::APT_HINT_PATH));
+    }
     for f in made_files {
         if fs::metadata(&f).is_ok_and(|m| m.len() == 0) {
             let _ = fs::remove_file(f);
@@ -104,6 +112,13 @@ fn sandbox_exec(
         std::env::set_current_dir(workdir)
             .map_err(|e| format!("working directory {workdir}: {e}"))?;
         let (uid, gid, home) = resolve_user(user).map_err(|e| e.to_string())?;
+        if super::emulating() {
+            // Before USER's switch, which is then faked too.
+            k.set_no_new_privs()
+                .map_err(|e| format!("no_new_privs: {e}"))?;
+            berth_runtime::seccomp::root_emulation::install()
+                .map_err(|e| format!("cannot load the root emulation filter: {e}"))?;
+        }
         let mut env = env.to_vec();
         if !env.iter().any(|(k, _)| k == "HOME") {
             env.push(("HOME".into(), home));

@@ -108,6 +108,9 @@ pub fn build(ctx: &Context, args: BuildArgs) -> Result<ExitCode> {
         build_args,
         target: args.target.clone(),
         no_cache: args.no_cache,
+        // clap allows only the four words.
+        root_emulation: berth_runtime::seccomp::RootEmulation::parse(&args.root_emulation)
+            .unwrap_or_default(),
     };
     let t0 = std::time::Instant::now();
     let built = match builder::build(&req, &paths, &base, &worker) {

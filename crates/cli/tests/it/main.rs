@@ -5,6 +5,7 @@
 
 mod harness;
 mod image_build;
+mod image_build_emulation;
 mod tree;
 
 mod host_hooks;

@@ -29,6 +29,9 @@ pub enum RootEmulation {
     /// Never (`--root-emulation=none`; also every run that is not
     /// `--fakeroot`).
     None,
+    /// Never, and only where the caller has a subordinate id range
+    /// (`--root-emulation=subuid`: an error without one).
+    Subuid,
 }
 
 impl RootEmulation {
@@ -38,7 +41,22 @@ impl RootEmulation {
             "auto" => Some(RootEmulation::Auto),
             "seccomp" => Some(RootEmulation::Seccomp),
             "none" => Some(RootEmulation::None),
+            "subuid" => Some(RootEmulation::Subuid),
             _ => None,
+        }
+    }
+
+    /// Before the user namespace exists: whether to emulate (auto: where
+    /// the caller has no subordinate id range), or why `subuid` cannot be
+    /// had.
+    pub fn decide(self) -> Result<bool, String> {
+        let ranges = crate::idmap::has_subordinate_ranges;
+        match self {
+            RootEmulation::Seccomp => Ok(true),
+            RootEmulation::None => Ok(false),
+            RootEmulation::Auto => Ok(!ranges()),
+            RootEmulation::Subuid if ranges() => Ok(false),
+            RootEmulation::Subuid => Err(NO_RANGE.into()),
         }
     }
 
@@ -46,13 +64,18 @@ impl RootEmulation {
     pub fn wanted(self) -> bool {
         match self {
             RootEmulation::Seccomp => true,
-            RootEmulation::None => false,
+            RootEmulation::None | RootEmulation::Subuid => false,
             RootEmulation::Auto => std::fs::read_to_string("/proc/self/uid_map")
                 .map(|m| single_id(&m))
                 .unwrap_or(false),
         }
     }
 }
+
+/// Why `--root-emulation=subuid` cannot be had, and what to do.
+pub const NO_RANGE: &str = "--root-emulation subuid: you have no subordinate id range \
+(/etc/subuid and /etc/subgid, with newuidmap and newgidmap installed); ask your admin \
+for one, or use auto or seccomp (owners and identity changes are then faked)";
 
 /// apt's configuration file, relative to a root, that keeps apt as root
 /// for its downloads: apt drops to `_apt` and checks that `setresuid`
@@ -233,7 +256,10 @@ mod tests {
             Some(RootEmulation::Seccomp)
         );
         assert_eq!(RootEmulation::parse("none"), Some(RootEmulation::None));
-        assert_eq!(RootEmulation::parse("subuid"), None);
+        assert_eq!(RootEmulation::parse("subuid"), Some(RootEmulation::Subuid));
+        assert_eq!(RootEmulation::parse("fakeroot"), None);
+        assert!(RootEmulation::Seccomp.decide().unwrap());
+        assert!(!RootEmulation::None.decide().unwrap());
     }
 
     /// In a child (the filter cannot be removed): chown to another owner,

@@ -26,6 +26,7 @@
 pub mod abi;
 pub mod dev;
 pub mod ops;
+pub mod owners;
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};

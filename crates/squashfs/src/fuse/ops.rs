@@ -24,6 +24,7 @@ pub struct Fs {
     image: Image,
     has_xattrs: bool,
     reports: AtomicU32,
+    owners: super::owners::Owners,
 }
 
 impl Fs {
@@ -37,6 +38,7 @@ impl Fs {
             image,
             has_xattrs,
             reports: AtomicU32::new(0),
+            owners: super::owners::Owners::of_this_namespace(),
         }
     }
 
@@ -110,7 +112,7 @@ impl Fs {
             op::GETATTR => {
                 let mut out = Reply::ok(u, 16 + abi::ATTR);
                 out.u64(FOREVER).u32(0).u32(0);
-                attr(&mut out, &inode);
+                attr(&mut out, &inode, &self.owners);
                 Ok(out)
             }
             op::READLINK => match &inode.body {
@@ -200,7 +202,7 @@ impl Fs {
             .u64(FOREVER)
             .u32(0)
             .u32(0);
-        attr(out, inode);
+        attr(out, inode, &self.owners);
     }
 
     fn readdir(
@@ -284,7 +286,7 @@ fn sized(u: u64, size: u32, value: &[u8]) -> Reply {
 }
 
 /// Appends `fuse_attr` for `inode`.
-fn attr(out: &mut Reply, inode: &Inode) {
+fn attr(out: &mut Reply, inode: &Inode, owners: &super::owners::Owners) {
     let mtime = u64::from(inode.mtime);
     let (blocks, rdev) = match &inode.body {
         Body::File(f) => (inode.size.saturating_sub(f.sparse).div_ceil(512), 0),
@@ -302,8 +304,8 @@ fn attr(out: &mut Reply, inode: &Inode) {
         .u32(0)
         .u32(inode.mode())
         .u32(inode.nlink)
-        .u32(inode.uid)
-        .u32(inode.gid)
+        .u32(owners.uid(inode.uid))
+        .u32(owners.gid(inode.gid))
         .u32(rdev)
         .u32(4096)
         .u32(0);

@@ -16,4 +16,4 @@ mod environment;
 mod isolation;
 mod node;
 mod persistent;
-mod root_emulation;
+pub(crate) mod root_emulation;

@@ -35,17 +35,24 @@ fn user_without_range() -> (u32, u32) {
     )
 }
 
-#[test]
-#[cfg_attr(
-    not(berth_it_env),
-    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
-)]
-fn fakeroot_without_a_range_installs_packages_by_emulation() {
-    let env = need_env!();
-    let sb = Sandbox::new(env);
-    let d = sb.debian();
-    // A package with a file of user 7 (lp): dpkg chowns it.
-    let root = sb.dir.path().join("pkg/root");
+/// Gives `sb`'s directory to the user without a range; its ids.
+pub(crate) fn sandbox_of_user_without_range(sb: &Sandbox) -> (u32, u32) {
+    let (uid, gid) = user_without_range();
+    let st = Command::new("chown")
+        .arg("-R")
+        .arg(format!("{uid}:{gid}"))
+        .arg(sb.dir.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    (uid, gid)
+}
+
+/// `berth-owned`, a package (made with dpkg-deb under `dir/pkg`) whose
+/// /var/spool/berth and its file `job` belong to user 7 (lp): dpkg chowns
+/// them; /usr/share/berth-owned/README is root's.
+pub(crate) fn owned_deb(dir: &std::path::Path) -> std::path::PathBuf {
+    let root = dir.join("pkg/root");
     std::fs::create_dir_all(root.join("DEBIAN")).unwrap();
     std::fs::create_dir_all(root.join("var/spool/berth")).unwrap();
     std::fs::write(
@@ -54,12 +61,14 @@ fn fakeroot_without_a_range_installs_packages_by_emulation() {
     )
     .unwrap();
     std::fs::write(root.join("var/spool/berth/job"), "x\n").unwrap();
+    std::fs::create_dir_all(root.join("usr/share/berth-owned")).unwrap();
+    std::fs::write(root.join("usr/share/berth-owned/README"), "root's\n").unwrap();
     Command::new("chown")
         .args(["-R", "7:7"])
         .arg(root.join("var/spool/berth"))
         .status()
         .unwrap();
-    let deb = sb.dir.path().join("pkg/owned.deb");
+    let deb = dir.join("pkg/owned.deb");
     let st = Command::new("dpkg-deb")
         .arg("--build")
         .arg(&root)
@@ -71,13 +80,20 @@ fn fakeroot_without_a_range_installs_packages_by_emulation() {
         "{}",
         String::from_utf8_lossy(&st.stderr)
     );
-    let (uid, gid) = user_without_range();
-    Command::new("chown")
-        .arg("-R")
-        .arg(format!("{uid}:{gid}"))
-        .arg(sb.dir.path())
-        .status()
-        .unwrap();
+    deb
+}
+
+#[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
+fn fakeroot_without_a_range_installs_packages_by_emulation() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let d = sb.debian();
+    let deb = owned_deb(sb.dir.path());
+    let (uid, gid) = sandbox_of_user_without_range(&sb);
     let bind = format!("{}:/pkg.deb:ro", deb.display());
     let run = |extra: &[&str], script: &str| {
         let mut args = vec![
@@ -95,7 +111,7 @@ fn fakeroot_without_a_range_installs_packages_by_emulation() {
         c.uid(uid).gid(gid);
         Out(c.output().unwrap())
     };
-    let script = "cat /proc/self/uid_map | wc -l; touch /f && chown 7:8 /f && stat -c %u:%g /f && { apt-get install -y -q /pkg.deb >/tmp/apt.log 2>&1 || { tail -5 /tmp/apt.log; exit 1; }; } && dpkg -s berth-owned >/dev/null && cat /var/spool/berth/job && setpriv --reuid 7 true && echo done";
+    let script = "cat /proc/self/uid_map | wc -l; touch /f && chown 7:8 /f && stat -c %u:%g /f && { apt-get install -y -q /pkg.deb >/tmp/apt.log 2>&1 || { tail -5 /tmp/apt.log; exit 1; }; } && dpkg -s berth-owned >/dev/null && cat /var/spool/berth/job && setpriv --reuid 7 true && useradd -u 1234 app && echo done";
     // apt (which checks that it became _apt) under emulation; its hint
     // to stay root is berth's, not the container's change.
     let ov = sb.dir.path().join("ov");

@@ -73,6 +73,8 @@ pub enum Command {
     Modules(ModulesArgs),
     /// List the environment definition files --environment finds by name (EDF_PATH or ~/.edf, then the site's directory), with the image each names.
     Environments(EnvironmentsArgs),
+    /// Check what this node and you can do with berth (namespaces, FUSE, overlay, ids, store, plugin), each problem with what to do; exits 17 when something berth needs is missing.
+    Doctor(DoctorArgs),
     /// Run a command in a live shared container (see run --shared).
     Exec(ExecArgs),
     /// List your live shared containers on this node.
@@ -397,6 +399,14 @@ pub struct EnvironmentsArgs {
     /// Print the file NAME|PATH names and the image it runs (its bases applied) as JSON, or fail saying why (the Slurm plugin asks this at submission).
     #[arg(long, value_name = "NAME|PATH")]
     pub resolve: Option<String>,
+    /// Output format: table or json.
+    #[arg(long, default_value = "table", value_parser = ["table", "json"])]
+    pub format: String,
+}
+
+/// `berth doctor`.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
     /// Output format: table or json.
     #[arg(long, default_value = "table", value_parser = ["table", "json"])]
     pub format: String,

@@ -27,6 +27,7 @@ use serde::Serialize;
 
 pub mod binds;
 pub mod caller;
+pub mod doctor;
 pub mod environment;
 mod error;
 pub mod identity;

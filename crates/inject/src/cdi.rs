@@ -195,6 +195,16 @@ impl Registry {
         r
     }
 
+    /// The spec files that could not be read, and why.
+    pub fn errors(&self) -> &[(PathBuf, String)] {
+        &self.errors
+    }
+
+    /// How many spec files were read.
+    pub fn spec_count(&self) -> usize {
+        self.specs.len()
+    }
+
     /// Whether any spec defines devices of `kind`.
     pub fn has_kind(&self, kind: &str) -> bool {
         self.specs.iter().any(|(_, s)| s.kind == kind)

@@ -30,6 +30,7 @@ pub mod idmap;
 pub mod image_mount;
 pub mod keeper;
 pub mod node;
+pub mod probe;
 pub mod process;
 pub mod rootfs;
 pub mod seccomp;

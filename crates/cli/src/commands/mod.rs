@@ -2,6 +2,7 @@
 //! options and makes one library call.
 
 mod build;
+mod doctor;
 mod environments;
 mod images;
 mod import;
@@ -39,6 +40,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Logout(a) => login::logout(a),
         Command::Modules(a) => modules::list(&ctx, a),
         Command::Environments(a) => environments::list(&ctx, a),
+        Command::Doctor(a) => doctor::run(&ctx, a),
         Command::Exec(a) => shared::exec(a),
         Command::Ps(a) => shared::ps(a),
         Command::Build(a) => build::build(&ctx, a),

@@ -12,7 +12,10 @@ use std::path::{Path, PathBuf};
 
 pub mod exit;
 pub mod expand;
+mod image_serving;
 pub mod root;
+
+pub use image_serving::{ImageMount, SquashfsServer};
 
 use serde::{Deserialize, Serialize};
 
@@ -101,39 +104,12 @@ pub struct RuntimeSettings {
     /// `squashfuse_ll` (the fallback). Real root mounts with the kernel.
     #[serde(default)]
     pub squashfs_server: SquashfsServer,
-}
-
-/// What serves an image's squashfs file to rootless containers.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
-pub enum SquashfsServer {
-    /// berth's own reader and FUSE server (`berth __squashfs`).
-    #[default]
-    #[serde(rename = "berth")]
-    Berth,
-    /// squashfuse's `squashfuse_ll` (`BERTH_SQUASHFUSE` names another path).
-    #[serde(rename = "squashfuse_ll")]
-    SquashfuseLl,
-}
-
-impl SquashfsServer {
-    /// The variable that hands the choice to the keeper and build worker.
-    pub const ENV: &'static str = "BERTH_SQUASHFS_SERVER";
-
-    /// The setting's spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SquashfsServer::Berth => "berth",
-            SquashfsServer::SquashfuseLl => "squashfuse_ll",
-        }
-    }
-
-    /// The server [`Self::ENV`] names; berth's if unset or unknown.
-    pub fn from_env() -> Self {
-        match std::env::var(Self::ENV).as_deref() {
-            Ok("squashfuse_ll") => SquashfsServer::SquashfuseLl,
-            _ => SquashfsServer::Berth,
-        }
-    }
+    /// How rootless runs get the image's tree: FUSE where it works, else
+    /// unpacked with a warning (`auto`, the default), `fuse` only, or
+    /// `unpack` (into `$TMPDIR` or /var/tmp, removed when the keeper
+    /// leaves). Real root mounts with the kernel.
+    #[serde(default)]
+    pub image_mount: ImageMount,
 }
 
 fn default_keeper_idle() -> u64 {
@@ -146,6 +122,7 @@ impl Default for RuntimeSettings {
             binds: Vec::new(),
             keeper_idle_seconds: default_keeper_idle(),
             squashfs_server: SquashfsServer::default(),
+            image_mount: ImageMount::default(),
         }
     }
 }

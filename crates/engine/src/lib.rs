@@ -316,6 +316,7 @@ pub fn prepare(
         preflight: inject::preflight(&plan),
         keeper_idle: Duration::from_secs(idle),
         squashfs_server: config.runtime.squashfs_server,
+        image_mount: config.runtime.image_mount,
         berth_exe: caller.berth_exe.clone(),
         timing: timing.then_some(caller.started),
     };

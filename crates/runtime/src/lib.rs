@@ -28,6 +28,7 @@ pub mod error;
 pub mod hooks;
 pub mod idmap;
 pub mod image_mount;
+pub mod image_unpack;
 pub mod keeper;
 pub mod node;
 pub mod probe;

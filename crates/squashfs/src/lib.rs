@@ -18,6 +18,7 @@
 pub mod fuse;
 pub mod reader;
 mod serve;
+pub mod unpack;
 pub mod verity;
 
 pub use reader::{Error, Image};

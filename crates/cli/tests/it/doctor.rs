@@ -4,7 +4,6 @@
 //! 17), in text and JSON.
 
 use std::os::unix::process::CommandExt;
-use std::process::Command;
 
 use crate::harness::{Out, Sandbox};
 use crate::need_env;
@@ -49,37 +48,24 @@ fn doctor_finds_what_the_node_gives_and_says_what_is_missing() {
     assert_eq!(status(&report, "subordinate ids"), "warn");
     assert_eq!(report["passed"], true);
 
-    // /dev/fuse closed (mode 0600, root's, as without udev): a bind of such
-    // a file over it in a mount namespace of this run only.
-    let closed = sb.dir.path().join("closed-fuse");
-    std::fs::write(&closed, "").unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let (uid, gid, _) = env.test_user().clone();
-    let berth = env.berth.display().to_string();
-    let script = format!(
-        "mount --bind {} /dev/fuse && exec setpriv --reuid {uid} --regid {gid} --clear-groups \
-         env -i PATH=/usr/bin:/bin HOME={} BERTH_STORE={} {berth} doctor --format json",
-        closed.display(),
-        sb.home().display(),
-        sb.store().display()
-    );
-    let out = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(17),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(status(&report, "/dev/fuse"), "fail");
-    assert_eq!(status(&report, "FUSE in a user namespace"), "fail");
-    assert_eq!(status(&report, "overlay in a user namespace"), "ok");
-    assert_eq!(report["passed"], false);
-    let fuse = report["checks"]
+    // /dev/fuse closed (mode 0600, root's, as without udev): runs unpack
+    // images instead (a warning), unless FUSE is asked for (a failure).
+    let report = |out: Out| -> serde_json::Value {
+        serde_json::from_str(&out.stdout()).unwrap_or_else(|e| panic!("{e}: {}", out.stdout()))
+    };
+    let auto = report(sb.berth_without_fuse(&["doctor", "--format", "json"]).ok());
+    assert_eq!(status(&auto, "/dev/fuse"), "warn");
+    assert_eq!(status(&auto, "FUSE in a user namespace"), "warn");
+    assert_eq!(auto["passed"], true);
+    sb.site_config("[runtime]\nimage_mount = \"fuse\"\n");
+    let out = sb.berth_without_fuse(&["doctor", "--format", "json"]);
+    assert_eq!(out.code(), 17, "{}", out.stderr());
+    let fuse_only = report(out);
+    assert_eq!(status(&fuse_only, "/dev/fuse"), "fail");
+    assert_eq!(status(&fuse_only, "FUSE in a user namespace"), "fail");
+    assert_eq!(status(&fuse_only, "overlay in a user namespace"), "ok");
+    assert_eq!(fuse_only["passed"], false);
+    let fuse = fuse_only["checks"]
         .as_array()
         .unwrap()
         .iter()

@@ -305,6 +305,15 @@ impl Sandbox {
     pub fn command(&self, program: &Path, args: &[&str]) -> Command {
         let mut c = Command::new(program);
         c.args(args);
+        self.clean_env(&mut c);
+        if let Some((uid, gid, _)) = &self.env.user {
+            c.uid(*uid).gid(*gid);
+        }
+        c
+    }
+
+    /// berth's clean environment for this sandbox, and its directory.
+    pub fn clean_env(&self, c: &mut Command) {
         c.env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
             .env("HOME", self.home())
@@ -320,10 +329,6 @@ impl Sandbox {
         for (k, v) in &self.extra_env {
             c.env(k, v);
         }
-        if let Some((uid, gid, _)) = &self.env.user {
-            c.uid(*uid).gid(*gid);
-        }
-        c
     }
 
     /// The site's MPI module for the Slurm tests: the host's MPICH,

@@ -5,6 +5,7 @@
 
 mod doctor;
 mod harness;
+mod harness_fuse;
 mod image_build;
 mod image_build_emulation;
 mod tree;

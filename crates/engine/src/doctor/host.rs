@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use berth_config::ImageMount;
 use berth_runtime::probe;
 
 use super::Check;
@@ -15,8 +16,9 @@ pub(super) fn kernel_release() -> String {
         .into_owned()
 }
 
-/// The node's checks, for real root (`root`) or a user.
-pub(super) fn checks(root: bool) -> Vec<Check> {
+/// The node's checks, for real root (`root`) or a user whose runs get
+/// images as `image_mount` says.
+pub(super) fn checks(root: bool, image_mount: ImageMount) -> Vec<Check> {
     let mut out = vec![kernel(&kernel_release())];
     if root {
         out.push(Check::ok(
@@ -28,15 +30,38 @@ pub(super) fn checks(root: bool) -> Vec<Check> {
         let works = userns.status != super::Status::Fail;
         out.push(userns);
         out.push(subordinate_ids());
-        out.push(dev_fuse());
-        if works {
-            out.push(probed(
+        let unpack = image_mount == ImageMount::Unpack;
+        let fuse = [
+            dev_fuse(),
+            probed(
                 "FUSE in a user namespace",
-                probe::fuse_in_user_namespace(),
+                if works {
+                    probe::fuse_in_user_namespace()
+                } else {
+                    Err("no user namespace".into())
+                },
                 "images mount here as they will for your runs",
                 "rootless runs mount images through FUSE: /dev/fuse must open (above) and \
                  the kernel must allow FUSE mounts in user namespaces (4.18 and later)",
-            ));
+            ),
+        ];
+        for mut c in fuse {
+            if c.status == super::Status::Fail && image_mount == ImageMount::Auto {
+                // Not needed: the keeper unpacks instead.
+                c.status = super::Status::Warn;
+                c.detail.push_str(
+                    "; runs unpack images instead (image_mount = \"auto\"): a slower first start, \
+                     and disk space in $TMPDIR or /var/tmp",
+                );
+            } else if unpack && c.status == super::Status::Fail {
+                c = Check::ok(
+                    c.name,
+                    format!("not used (image_mount = \"unpack\"): {}", c.detail),
+                );
+            }
+            out.push(c);
+        }
+        if works {
             out.push(probed(
                 "overlay in a user namespace",
                 probe::overlay_in_user_namespace(),

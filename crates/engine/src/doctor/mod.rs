@@ -107,7 +107,11 @@ pub fn run(config: Result<&Config, String>) -> Report {
     let user = berth_runtime::sys::getpwuid(uid)
         .map(|p| format!("{} (uid {uid})", p.name))
         .unwrap_or_else(|| format!("uid {uid}"));
-    let mut checks = host::checks(root);
+    let image_mount = config
+        .as_ref()
+        .map(|c| c.runtime.image_mount)
+        .unwrap_or_default();
+    let mut checks = host::checks(root, image_mount);
     match config {
         Ok(config) => checks.extend(site::checks(config, root)),
         Err(e) => checks.push(Check::fail(

@@ -150,6 +150,9 @@ pub struct RunSpec {
     pub keeper_idle: Duration,
     /// What serves the image to rootless runs.
     pub squashfs_server: berth_config::SquashfsServer,
+    /// FUSE or unpacked (rootless runs).
+    #[serde(default)]
+    pub image_mount: berth_config::ImageMount,
     /// berth's own binary (to start keepers).
     #[serde(skip)]
     pub berth_exe: PathBuf,
@@ -228,6 +231,7 @@ pub fn lease<'a>(spec: &'a RunSpec, image_file: Option<&File>) -> Result<Leased<
         mode: spec.identity.mode,
         idle: spec.keeper_idle,
         server: spec.squashfs_server,
+        image_mount: spec.image_mount,
         template: spec.template.as_ref(),
         image_file,
     })?;

@@ -56,6 +56,7 @@ fn spec(template: bool, extra: &[&str]) -> RunSpec {
         preflight: None,
         keeper_idle: Duration::from_secs(30),
         squashfs_server: Default::default(),
+        image_mount: Default::default(),
         berth_exe: "/b".into(),
         timing: None,
     }

@@ -40,6 +40,8 @@ pub struct KeeperRequest<'a> {
     pub image_file: Option<&'a File>,
     /// What serves the image (rootless keepers).
     pub server: berth_config::SquashfsServer,
+    /// FUSE or unpacked (rootless keepers).
+    pub image_mount: berth_config::ImageMount,
 }
 
 /// Finds or starts the keeper of the request's image and mode and takes
@@ -187,6 +189,7 @@ fn start(req: &KeeperRequest<'_>, dir: &Path) -> Result<i32> {
         .stderr(Stdio::from(log))
         .env_remove("BERTH_TIMING")
         .env(berth_config::SquashfsServer::ENV, req.server.as_str())
+        .env(berth_config::ImageMount::ENV, req.image_mount.as_str())
         .env(super::IMAGE_OFFSET_ENV, req.image_offset.to_string())
         .env(super::IMAGE_VERITY_ENV, req.image_verity.unwrap_or(""))
         .spawn();
@@ -203,9 +206,17 @@ fn start(req: &KeeperRequest<'_>, dir: &Path) -> Result<i32> {
     BufReader::new(stdout)
         .read_line(&mut line)
         .map_err(|e| Error::io("read from the keeper", dir, e))?;
-    if let Some(pid) = line.trim().strip_prefix("ready ") {
+    if let Some(ready) = line.trim().strip_prefix("ready ") {
         // The keeper detaches (setsid) and outlives this run: leave it be.
         drop(child);
+        let (pid, note) = ready.split_once(' ').unwrap_or((ready, ""));
+        if let Some(why) = note.strip_prefix("unpacked ") {
+            eprintln!(
+                "berth: warning: FUSE cannot serve the image here ({why}); it is unpacked for \
+                 this node's runs instead, which takes longer to start and disk space \
+                 (set [runtime] image_mount = \"unpack\" to choose it without this warning)"
+            );
+        }
         return pid
             .parse()
             .map_err(|_| Error::Setup(format!("keeper said {line:?}")));
@@ -279,6 +290,7 @@ mod tests {
             template: None,
             image_file: None,
             server: Default::default(),
+            image_mount: Default::default(),
         };
         let err = acquire(&req).unwrap_err().to_string();
         assert!(err.contains("is not an image id"), "{err}");

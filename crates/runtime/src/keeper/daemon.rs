@@ -109,22 +109,40 @@ fn run(k: &dyn Kernel, raw: &[String]) -> Result<()> {
     let verity = std::env::var(super::IMAGE_VERITY_ENV).ok().filter(|v| {
         !v.is_empty() && std::env::var_os("BERTH_SQUASHFS_VERIFY").is_none_or(|x| x != "0")
     });
+    let served = image_mount::ServedImage {
+        file: &image_file,
+        offset,
+        verity: verity.as_deref(),
+    };
+    let how = berth_config::ImageMount::from_env();
+    let unpack = |why: Option<String>| {
+        crate::image_unpack::unpack_and_bind(k, served, &args.dir, host_ids.0, &image_dir)
+            .map(|tree| (tree, why))
+    };
+    let mut unpacked = None;
     let mut server = match args.mode {
         IdMode::HostRoot => {
             image_mount::mount_kernel_squashfs(k, &image_file, offset, &image_dir)?;
             None
         }
-        _ => Some(image_mount::mount_fuse(
+        _ if how == berth_config::ImageMount::Unpack => {
+            unpacked = Some(unpack(None)?);
+            None
+        }
+        _ => match image_mount::mount_fuse(
             k,
-            image_mount::ServedImage {
-                file: &image_file,
-                offset,
-                verity: verity.as_deref(),
-            },
+            served,
             &image_dir,
             (uid, gid),
             berth_config::SquashfsServer::from_env(),
-        )?),
+        ) {
+            Ok(server) => Some(server),
+            Err(e) if how == berth_config::ImageMount::Auto => {
+                unpacked = Some(unpack(Some(e.to_string()))?);
+                None
+            }
+            Err(e) => return Err(e),
+        },
     };
     drop(image_file);
     // The first request blocks until the server answers (or fails at once
@@ -142,7 +160,7 @@ fn run(k: &dyn Kernel, raw: &[String]) -> Result<()> {
     let pid = std::process::id();
     state::write_pid(&args.dir.join("pid"), pid)
         .map_err(|e| Error::io("write", args.dir.join("pid"), e))?;
-    say_ready(pid);
+    say_ready(pid, unpacked.as_ref().and_then(|(_, why)| why.as_deref()));
     // Idle (left under both locks) or the server is gone: either way,
     // leave.
     let _: Served = node::serve_until_idle(&files, args.idle, POLL, || match server.as_mut() {
@@ -166,6 +184,11 @@ fn run(k: &dyn Kernel, raw: &[String]) -> Result<()> {
     if let Some(mut s) = server {
         sys::kill(s.id() as i32, libc::SIGTERM);
         let _ = s.wait();
+    }
+    if let Some((tree, _)) = unpacked {
+        // Reclaimed with the keeper: the next one unpacks afresh.
+        let _ = k.unmount(&image_dir, libc::MNT_DETACH);
+        crate::image_unpack::remove_unpacked(&tree);
     }
     drop(files);
     Ok(())
@@ -208,10 +231,18 @@ fn open_image(image: &str) -> Result<File> {
 
 /// Tells the starting run `ready PID`, then lets its read finish: stdout
 /// goes nowhere from now on.
-fn say_ready(pid: u32) {
+fn say_ready(pid: u32, unpacked_because: Option<&str>) {
     {
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "ready {pid}");
+        match unpacked_because {
+            // One line: the client prints the reason as a warning.
+            Some(why) => {
+                let _ = writeln!(out, "ready {pid} unpacked {}", why.replace('\n', " "));
+            }
+            None => {
+                let _ = writeln!(out, "ready {pid}");
+            }
+        }
         let _ = out.flush();
     }
     if let Ok(null) = File::options().write(true).open("/dev/null") {

@@ -17,3 +17,4 @@ mod isolation;
 mod node;
 mod persistent;
 pub(crate) mod root_emulation;
+mod unpacked;

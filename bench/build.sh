@@ -11,9 +11,12 @@
 #   cold    build --no-cache, the base image already in the tool's storage
 #   cached  the same build again: every step from the cache
 #
-# Tools alternate within each round and the order rotates by round. Each
-# build's image is checked by running it. Targets: cold at most 1.2 x
-# podman's, cached at most 0.5 x podman's.
+# berth also builds under root emulation (--root-emulation seccomp, what a
+# user without a subordinate range gets), reported against the subuid
+# build and ch-image (which maps only the user; 0.31 has no
+# --force=seccomp). Tools alternate within each round and the order
+# rotates by round. Each build's image is checked by running it. Targets:
+# cold at most 1.2 x podman's, cached at most 0.5 x podman's.
 #
 #   sudo bench/build.sh [--runs N] [--smoke]
 #
@@ -62,7 +65,9 @@ done
 chown -R "$BUID:$BGID" "$W/ctx" "$W/logs"
 trap stop_podman_pause EXIT
 
-TOOLS=(berth podman)
+# berth-seccomp: the same build under root emulation (--root-emulation
+# seccomp), what a user without a subordinate range gets.
+TOOLS=(berth berth-seccomp podman)
 # ch-image: on PATH, else unpacked from its package (not installed: the
 # package would pull in docker.io and buildah).
 CH_IMAGE=$(command -v ch-image || true)
@@ -95,7 +100,7 @@ if [[ " ${TOOLS[*]} " == *" ch-image "* ]]; then
     BASE_SQFS=$(as_user "$W/berth" --store "$BSTORE" inspect "$IMG" | jq -r .squashfs.path)
     as_user unsquashfs -q -n -d "$W/ch-base" "$BASE_SQFS" > /dev/null 2>&1 || true
     as_user "${CH_ENV[@]}" "$CH_IMAGE" -s "$CHS" import "$W/ch-base" bench-base > "$W/logs/ch-import.log" 2>&1 \
-        || { log "ch-image could not import the base; leaving it out"; TOOLS=(berth podman); }
+        || { log "ch-image could not import the base; leaving it out"; TOOLS=(berth berth-seccomp podman); }
 fi
 
 # build TOOL KIND: one build as the user; prints its wall time in ms.
@@ -105,6 +110,8 @@ build() {
     s=$(date +%s%N)
     case $tool in
         berth) as_user "$W/berth" --store "$BSTORE" build -q "${nc[@]}" --build-arg "BASE=$base" -t bench-built "$W/ctx" ;;
+        berth-seccomp) as_user "$W/berth" --store "$BSTORE" build -q "${nc[@]}" --root-emulation seccomp \
+            --build-arg "BASE=$base" -t bench-built-seccomp "$W/ctx" ;;
         podman) as_user podman "${PROOT[@]}" build -q "${nc[@]}" --tls-verify=false --build-arg "BASE=$base" -t bench-built "$W/ctx" ;;
         ch-image) [[ $kind == cold ]] && nc=(--rebuild)
             as_user "${CH_ENV[@]}" "$CH_IMAGE" -s "$CHS" build "${nc[@]}" --build-arg BASE=bench-base -t bench-built "$W/ctx" ;;
@@ -118,6 +125,7 @@ check() {
     local out
     case $1 in
         berth) out=$(as_user "$W/berth" --store "$BSTORE" run bench-built 2>&1) ;;
+        berth-seccomp) out=$(as_user "$W/berth" --store "$BSTORE" run bench-built-seccomp 2>&1) ;;
         podman) out=$(as_user podman "${PROOT[@]}" run --rm bench-built 2>&1) ;;
         ch-image) out=$(as_user ch-run -s "$CHS" bench-built -- cat /srv/app/pyc-count.txt 2>&1) ;;
     esac

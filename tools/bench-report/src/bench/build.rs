@@ -1,5 +1,6 @@
 //! `bench/build.sh`: `berth build` against `podman build` (and `ch-image
-//! build` where installed), cold (`--no-cache`) and cached.
+//! build` where installed), cold (`--no-cache`) and cached; `berth-seccomp`
+//! is berth's build under root emulation.
 
 use serde_json::Value;
 
@@ -7,7 +8,7 @@ use super::{Headline, Section};
 use crate::fmt::{self, Table};
 use crate::results::{num, ResultFile};
 
-const TOOLS: &[&str] = &["berth", "podman", "ch-image"];
+const TOOLS: &[&str] = &["berth", "berth-seccomp", "podman", "ch-image"];
 
 /// Renders the build section.
 pub fn render(f: &ResultFile) -> Result<Section, String> {
@@ -54,6 +55,26 @@ pub fn render(f: &ResultFile) -> Result<Section, String> {
             });
         }
     }
+    let emulation: Vec<String> = ["berth", "ch-image"]
+        .iter()
+        .filter_map(|other| {
+            let r = |k: &str| num(v, &format!("/emulation/{other}/{k}"));
+            let (cold, cached) = (r("cold")?, r("cached")?);
+            let name = match *other {
+                "berth" => "the subuid build",
+                _ => "ch-image",
+            };
+            Some(format!("{cold:.2} × {name} cold, {cached:.2} cached"))
+        })
+        .collect();
+    s.set(
+        "build.emulation",
+        if emulation.is_empty() {
+            "not measured in this run".to_string()
+        } else {
+            emulation.join("; ")
+        },
+    );
     s.set("build.table", t.render());
     s.set("build.source", f.name());
     s.set("build.runs", format!("{}", num(v, "/runs").unwrap_or(0.0)));

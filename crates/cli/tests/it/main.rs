@@ -15,6 +15,7 @@ mod host_inject;
 mod host_mpi;
 mod image_files;
 mod image_import;
+mod image_proxy;
 mod image_pull;
 mod image_safety;
 mod image_store;

@@ -87,6 +87,19 @@ pub(super) fn classify(
             let hint = if msg.contains("InvalidContentType") || msg.contains("invalid HTTP version") || msg.contains("record overflow") || msg.contains("CorruptMessage") {
                 "; if the registry speaks plain HTTP, pass --tls-verify=false or list it in insecure_registries"
             } else if re.is_connect() {
+                let through = re.url().and_then(|u| {
+                    super::proxy::proxy_for(u.scheme() == "https", u.host_str()?)
+                        .map(|p| (p, u.host_str().unwrap_or_default().to_string()))
+                });
+                if let Some(((var, proxy), host)) = through {
+                    return (
+                        Transient,
+                        network(format!(
+                            "{msg}; the request went through the proxy {proxy} ({var}): \
+                             check that it is up, or add {host} to NO_PROXY to go direct"
+                        )),
+                    );
+                }
                 "; check the address and that the registry is up"
             } else {
                 ""

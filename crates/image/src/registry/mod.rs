@@ -22,6 +22,7 @@ use crate::reference::ImageRef;
 
 mod blob;
 mod errors;
+mod proxy;
 
 use blob::{BlobTask, ChannelReader};
 use errors::{annotate_attempts, classify, Transience};

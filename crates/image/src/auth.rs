@@ -5,7 +5,8 @@
 //! `$XDG_RUNTIME_DIR/containers/auth.json`, `~/.config/containers/auth.json`,
 //! `~/.docker/config.json`. `berth login` writes the first of the first three
 //! that applies; on HPC login nodes `XDG_RUNTIME_DIR` is often unset or wiped
-//! at logout, hence the fallback under `~/.config`.
+//! at logout, hence the fallback under `~/.config`. enroot's credentials
+//! file comes last ([`crate::enroot_credentials`]).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -57,6 +58,9 @@ pub struct AuthFiles {
     /// The file `berth login` writes; `None` with no place for it (no
     /// `REGISTRY_AUTH_FILE`, `XDG_*` or `HOME`: never the cwd).
     pub write: Option<PathBuf>,
+    /// enroot's credentials file, read last
+    /// ([`crate::enroot_credentials`]).
+    pub enroot: Option<PathBuf>,
 }
 
 impl AuthFiles {
@@ -67,12 +71,15 @@ impl AuthFiles {
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from)
         };
-        Self::from_parts(
-            var("REGISTRY_AUTH_FILE"),
-            var("XDG_RUNTIME_DIR"),
-            var("XDG_CONFIG_HOME"),
-            var("HOME"),
-        )
+        Self {
+            enroot: crate::enroot_credentials::path_from_env(),
+            ..Self::from_parts(
+                var("REGISTRY_AUTH_FILE"),
+                var("XDG_RUNTIME_DIR"),
+                var("XDG_CONFIG_HOME"),
+                var("HOME"),
+            )
+        }
     }
 
     /// The pure part of [`AuthFiles::from_env`].
@@ -103,7 +110,11 @@ impl AuthFiles {
                     .map(|r| r.join("containers/auth.json"))
             })
             .or_else(|| config.map(|c| c.join("containers/auth.json")));
-        Self { read, write }
+        Self {
+            read,
+            write,
+            enroot: None,
+        }
     }
 
     /// Credentials for `registry` (`host[:port]`) and `repository`, if any file has them.
@@ -118,7 +129,10 @@ impl AuthFiles {
                 return Ok(Some(c));
             }
         }
-        Ok(None)
+        match &self.enroot {
+            Some(f) => crate::enroot_credentials::lookup(f, registry),
+            None => Ok(None),
+        }
     }
 
     /// Stores credentials for `registry` in the login file (mode 0600).

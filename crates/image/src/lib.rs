@@ -18,6 +18,7 @@
 
 pub mod archive;
 pub mod auth;
+pub mod enroot_credentials;
 pub mod error;
 pub mod flatten;
 pub mod image_config;

@@ -255,6 +255,57 @@ fn basic_auth_login_pull_logout() {
     sb.run(&["pull", "-q", "--tls-verify=false", &r]).ok();
 }
 
+#[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
+fn enroot_credentials_file_with_a_password_command() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = need_env!();
+    let mut sb = Sandbox::new(env);
+    let reg = env.auth_reg();
+    // A machine without the port matches, as curl's netrc does.
+    let host = reg.rsplit_once(':').unwrap().0;
+    let r = format!("{reg}/berth-test/layers");
+    let dir = sb.home().join(".config/enroot");
+    fs::create_dir_all(&dir).unwrap();
+    let file = dir.join(".credentials");
+    fs::write(
+        &file,
+        format!(
+            "# enroot's format\nmachine {host} login {}\n  password $(printf %s '{}')\n",
+            env.var("BERTH_IT_REG_USER"),
+            env.var("BERTH_IT_REG_PASS")
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o600)).unwrap();
+    sb.chown_to_user(&sb.home());
+    sb.run(&["pull", "-q", "--tls-verify=false", &r]).ok();
+    sb.run(&["rmi", &r]).ok();
+    // A file others may write does not get its commands run.
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o666)).unwrap();
+    sb.run(&["pull", "--tls-verify=false", &r])
+        .fails(11, "not yours alone");
+    // ENROOT_CONFIG_PATH names another directory: its wrong password.
+    let other = sb.dir.path().join("enroot-conf");
+    fs::create_dir_all(&other).unwrap();
+    fs::write(
+        other.join(".credentials"),
+        format!(
+            "machine {reg} login {} password wrong\n",
+            env.var("BERTH_IT_REG_USER")
+        ),
+    )
+    .unwrap();
+    sb.chown_to_user(&other);
+    sb.extra_env
+        .push(("ENROOT_CONFIG_PATH".into(), other.display().to_string()));
+    sb.run(&["pull", "--tls-verify=false", &r])
+        .fails(11, "authentication failed");
+}
+
 /// A tiny base64 encoder, to keep test dependencies small.
 mod base64_lite {
     pub fn encode(s: &str) -> String {

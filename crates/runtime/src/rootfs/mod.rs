@@ -28,7 +28,7 @@ use crate::sys::{self, fd_path, Kernel};
 mod confine;
 mod dev;
 mod identity;
-mod mounts;
+pub(crate) mod mounts;
 mod options;
 mod persistent;
 #[cfg(test)]

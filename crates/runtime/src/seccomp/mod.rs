@@ -457,4 +457,63 @@ pub(crate) mod tests {
         });
         assert_eq!(code, 0);
     }
+
+    /// Kernels before 5.12 have no `mount_setattr`: a filter makes it
+    /// answer ENOSYS in a child, where a read-only recursive bind still
+    /// makes its submount read-only (remounted from mountinfo).
+    #[test]
+    fn without_mount_setattr_submounts_are_remounted_one_by_one() {
+        use std::os::fd::OwnedFd;
+        if rustix::process::getuid().as_raw() != 0 {
+            assert!(std::env::var_os("CI").is_none(), "needs root under CI");
+            eprintln!("SKIPPED: mounts need root");
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let (src, dst) = (d.path().join("src"), d.path().join("dst"));
+        std::fs::create_dir_all(src.join("sub")).unwrap();
+        std::fs::create_dir(&dst).unwrap();
+        let profile = r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["mount_setattr"],"action":"SCMP_ACT_ERRNO","errnoRet":38}]}"#;
+        let ctx = crate::seccomp::profile::Context {
+            has_cap: Box::new(|_| true),
+            kernel: (6, 1),
+        };
+        let program = crate::seccomp::profile::compile_text(
+            profile,
+            std::path::Path::new("no-mount-setattr.json"),
+            &ctx,
+        )
+        .unwrap();
+        let code = exit_code_under(&program, || {
+            use crate::sys::Kernel;
+            let k = crate::sys::Linux::new();
+            let flags = rustix::thread::UnshareFlags::NEWNS;
+            k.unshare(flags).ok()?;
+            crate::sys::make_rslave(&k).ok()?;
+            k.mount(
+                Some(std::path::Path::new("sub")),
+                &src.join("sub"),
+                Some("tmpfs"),
+                0,
+                None,
+            )
+            .ok()?;
+            k.mount(Some(&src), &dst, None, libc::MS_BIND | libc::MS_REC, None)
+                .ok()?;
+            let ro = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY;
+            k.mount(None, &dst, None, ro, None).ok()?;
+            let top: OwnedFd = std::fs::File::open(&dst).ok()?.into();
+            let nosys = k.set_mount_attr_recursive(std::os::fd::AsFd::as_fd(&top), 0)
+                == Err(crate::sys::Errno::NOSYS);
+            crate::rootfs::mounts::below_too(&k, &top, true).ok()?;
+            let read_only = |p: &std::path::Path| {
+                rustix::fs::statvfs(p)
+                    .map(|v| v.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY))
+                    .unwrap_or(false)
+            };
+            let ok = nosys && read_only(&dst.join("sub")) && !read_only(&src.join("sub"));
+            Some(if ok { 0 } else { 2 })
+        });
+        assert_eq!(code, 0);
+    }
 }

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 pub mod exit;
 pub mod expand;
 mod image_serving;
+pub mod registries;
 pub mod root;
 
 pub use image_serving::{ImageMount, SquashfsServer};

@@ -50,8 +50,10 @@ pub fn registry_options(
 
 /// Pulls `reference` into `store` under its name, reporting progress
 /// (the body of `berth pull`, and of `berth run`'s pull of an unknown image).
-/// The registry's mirrors (`registry_mirrors`) are tried first, in order;
-/// the registry itself is tried when every mirror failed.
+/// The system's registries configuration (registries.conf: a blocked
+/// prefix, a rewritten location, its mirrors) applies first; then the
+/// mirrors of berth.toml's `registry_mirrors` are tried, in order; the
+/// registry itself is tried when every mirror failed.
 pub fn pull_into(
     config: &berth_config::Config,
     store: &berth_image::store::Store,
@@ -61,44 +63,87 @@ pub fn pull_into(
     creds: Option<&str>,
     quiet: bool,
 ) -> Result<berth_image::store::StoredImage> {
-    for mirror in config.mirrors_of(reference.registry()) {
-        let from = match mirrored(reference, mirror) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(
-                    "registry mirror {mirror:?} of {}: {e}",
-                    reference.registry()
-                );
-                continue;
-            }
-        };
+    let full = format!(
+        "{}/{}{}",
+        reference.registry(),
+        reference.repository(),
+        pin(reference)
+    );
+    let site = berth_config::registries::Registries::load();
+    let mut sources = site
+        .sources(&full)
+        .map_err(|b| berth_image::Error::Reference {
+            reference: full.clone(),
+            reason: b.to_string(),
+        })?;
+    let primary = sources
+        .pop()
+        .ok_or_else(|| anyhow::anyhow!("no source for {full}"))?;
+    let primary_ref = ImageRef::parse(&primary.reference)?;
+    let mut tries: Vec<(String, ImageRef, bool)> = Vec::new();
+    for s in sources {
+        match ImageRef::parse(&s.reference) {
+            Ok(r) => tries.push((s.reference.clone(), r, s.insecure)),
+            Err(e) => tracing::warn!("registries.conf mirror {:?}: {e}", s.reference),
+        }
+    }
+    for mirror in config.mirrors_of(primary_ref.registry()) {
+        match mirrored(&primary_ref, mirror) {
+            Ok(r) => tries.push((mirror.clone(), r, false)),
+            Err(e) => tracing::warn!(
+                "registry mirror {mirror:?} of {}: {e}",
+                primary_ref.registry()
+            ),
+        }
+    }
+    for (mirror, from, insecure) in tries {
         // --creds are for the registry named; a mirror's come from the auth files.
         match pull_from(
-            config, store, reference, &from, platform, tls_verify, None, quiet,
+            config,
+            store,
+            reference,
+            &from,
+            platform,
+            tls_verify && !insecure,
+            None,
+            quiet,
         ) {
             Ok(image) => return Ok(image),
             Err(e) => eprintln!(
                 "berth: warning: mirror {mirror} of {}: {}; trying the next",
-                reference.registry(),
+                primary_ref.registry(),
                 crate::exit::message(&e)
             ),
         }
     }
+    let creds = creds.filter(|_| primary_ref.registry() == reference.registry());
     pull_from(
-        config, store, reference, reference, platform, tls_verify, creds, quiet,
+        config,
+        store,
+        reference,
+        &primary_ref,
+        platform,
+        tls_verify && !primary.insecure,
+        creds,
+        quiet,
     )
+}
+
+/// `:tag` or `@digest` of `reference` (nothing for neither).
+fn pin(reference: &ImageRef) -> String {
+    match (reference.digest(), reference.tag()) {
+        (Some(d), _) => format!("@{d}"),
+        (None, Some(t)) => format!(":{t}"),
+        (None, None) => String::new(),
+    }
 }
 
 /// `reference`'s repository and tag or digest at the registry `mirror`.
 fn mirrored(reference: &ImageRef, mirror: &str) -> Result<ImageRef> {
-    let pin = match (reference.digest(), reference.tag()) {
-        (Some(d), _) => format!("@{d}"),
-        (None, Some(t)) => format!(":{t}"),
-        (None, None) => String::new(),
-    };
     Ok(ImageRef::parse(&format!(
-        "{mirror}/{}{pin}",
-        reference.repository()
+        "{mirror}/{}{}",
+        reference.repository(),
+        pin(reference)
     ))?)
 }
 

@@ -17,6 +17,7 @@ mod image_files;
 mod image_import;
 mod image_proxy;
 mod image_pull;
+mod image_registries_conf;
 mod image_safety;
 mod image_store;
 mod image_token;

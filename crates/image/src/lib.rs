@@ -18,7 +18,6 @@
 
 pub mod archive;
 pub mod auth;
-pub mod enroot_credentials;
 pub mod error;
 pub mod flatten;
 pub mod image_config;

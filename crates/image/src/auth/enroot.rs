@@ -10,7 +10,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use crate::auth::Credentials;
+use super::Credentials;
 use crate::error::{Error, Result};
 
 /// The file enroot reads, from the environment.

@@ -6,7 +6,9 @@
 //! `~/.docker/config.json`. `berth login` writes the first of the first three
 //! that applies; on HPC login nodes `XDG_RUNTIME_DIR` is often unset or wiped
 //! at logout, hence the fallback under `~/.config`. enroot's credentials
-//! file comes last ([`crate::enroot_credentials`]).
+//! file comes last ([`enroot`]).
+
+pub mod enroot;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -59,7 +61,7 @@ pub struct AuthFiles {
     /// `REGISTRY_AUTH_FILE`, `XDG_*` or `HOME`: never the cwd).
     pub write: Option<PathBuf>,
     /// enroot's credentials file, read last
-    /// ([`crate::enroot_credentials`]).
+    /// ([`enroot`]).
     pub enroot: Option<PathBuf>,
 }
 
@@ -72,7 +74,7 @@ impl AuthFiles {
                 .map(PathBuf::from)
         };
         Self {
-            enroot: crate::enroot_credentials::path_from_env(),
+            enroot: enroot::path_from_env(),
             ..Self::from_parts(
                 var("REGISTRY_AUTH_FILE"),
                 var("XDG_RUNTIME_DIR"),
@@ -130,7 +132,7 @@ impl AuthFiles {
             }
         }
         match &self.enroot {
-            Some(f) => crate::enroot_credentials::lookup(f, registry),
+            Some(f) => enroot::lookup(f, registry),
             None => Ok(None),
         }
     }

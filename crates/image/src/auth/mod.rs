@@ -6,9 +6,11 @@
 //! `~/.docker/config.json`. `berth login` writes the first of the first three
 //! that applies; on HPC login nodes `XDG_RUNTIME_DIR` is often unset or wiped
 //! at logout, hence the fallback under `~/.config`. enroot's credentials
-//! file comes last ([`enroot`]).
+//! file comes last ([`enroot`]). An auth file's `credHelpers` and
+//! `credsStore` name docker credential helpers (`helper`).
 
 pub mod enroot;
+mod helper;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -127,8 +129,19 @@ impl AuthFiles {
                 Ok(None) => continue,
                 Err(e) => return Err(e),
             };
+            // As docker: a helper for this registry, then the file's own
+            // entry, then the helper for every registry.
+            let reg = normalize_key(registry);
+            if let Some(h) = helper::per_registry(&parsed.rest, &reg, normalize_key) {
+                return helper::get(&h, &reg);
+            }
             if let Some(c) = find_in(&parsed, registry, repository, file)? {
                 return Ok(Some(c));
+            }
+            if let Some(h) = helper::store(&parsed.rest) {
+                if let Some(c) = helper::get(&h, &reg)? {
+                    return Ok(Some(c));
+                }
             }
         }
         match &self.enroot {

@@ -83,7 +83,46 @@ pub fn assemble(
             )));
         }
     }
-    let mut config = st.config;
+    let (config_bytes, manifest_bytes, manifest_digest) =
+        store_image(st.config, &layers, history, blobs)?;
+    Ok(Built {
+        config: config_bytes,
+        manifest: manifest_bytes,
+        manifest_digest,
+        layers,
+        ran: counts.ran,
+        cached: counts.cached,
+    })
+}
+
+/// An image whose layers the store does not keep (pulled, imported or
+/// saved: only its squashfs file), as one gzip layer of its tree (made
+/// once, found again through the build cache) under its own config:
+/// `rootfs` and `history` name that layer. The config and manifest go to
+/// the blob directory; the manifest's bytes and digest.
+pub fn one_layer_image(
+    img: &crate::base_layer::BaseImage,
+    blobs: &Blobs,
+    cache: &std::path::Path,
+) -> Result<(Vec<u8>, String)> {
+    let layer = crate::base_layer::flatten_base(img, blobs, cache)?;
+    let mut entry = History::default();
+    entry.set_created_by(Some(
+        "berth push: the image's tree as one layer".to_string(),
+    ));
+    let (_, bytes, digest) = store_image(img.config.clone(), &[layer], vec![entry], blobs)?;
+    Ok((bytes, digest))
+}
+
+/// `config` naming `layers` (its `rootfs`) and `history`, and the OCI
+/// manifest of both, stored in the blob directory: the config's bytes,
+/// the manifest's bytes and digest.
+fn store_image(
+    mut config: crate::image_config::ImageConfig,
+    layers: &[BlobRef],
+    history: Vec<History>,
+    blobs: &Blobs,
+) -> Result<(Vec<u8>, Vec<u8>, String)> {
     let mut rootfs = RootFs::default();
     rootfs.set_diff_ids(layers.iter().map(|l| l.diff_id.clone()).collect());
     config.rootfs = Some(rootfs);
@@ -94,17 +133,10 @@ pub fn assemble(
     config.os.get_or_insert_with(|| "linux".into());
     let config_bytes = config.to_bytes()?;
     let config_digest = blobs.put(&config_bytes)?;
-    let manifest = manifest(&config_digest, config_bytes.len(), &layers)?;
+    let manifest = manifest(&config_digest, config_bytes.len(), layers)?;
     let manifest_bytes = sorted_json(&manifest)?;
     let manifest_digest = blobs.put(&manifest_bytes)?;
-    Ok(Built {
-        config: config_bytes,
-        manifest: manifest_bytes,
-        manifest_digest,
-        layers,
-        ran: counts.ran,
-        cached: counts.cached,
-    })
+    Ok((config_bytes, manifest_bytes, manifest_digest))
 }
 
 /// The history: each file-system step's entry, in order, takes the next

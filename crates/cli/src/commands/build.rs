@@ -165,23 +165,9 @@ pub fn build(ctx: &Context, args: BuildArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// A FROM image: from the store, else pulled when it names a registry.
-fn base_image(
-    config: &berth_config::Config,
-    store: &Store,
-    blobs: &Blobs,
-    name: &str,
-    platform: &berth_image::platform::Platform,
-    tls: bool,
-) -> Result<BaseImage> {
-    let img = match store.find(name) {
-        Ok(img) => img,
-        Err(berth_image::Error::ImageNotInStore(_)) => {
-            let reference = ImageRef::parse(name)?;
-            super::pull::pull_into(config, store, &reference, platform, tls, None, false)?
-        }
-        Err(e) => return Err(e.into()),
-    };
+/// `img` as the builder takes a base image: its tree, config and (where
+/// the store keeps all of them) layers.
+pub fn as_base(img: &StoredImage, blobs: &Blobs, name: &str) -> Result<BaseImage> {
     let cfg = ImageConfig::parse(&std::fs::read(img.config_path())?, name)?;
     let layers = img
         .record
@@ -203,6 +189,26 @@ fn base_image(
     })
 }
 
+/// A FROM image: from the store, else pulled when it names a registry.
+fn base_image(
+    config: &berth_config::Config,
+    store: &Store,
+    blobs: &Blobs,
+    name: &str,
+    platform: &berth_image::platform::Platform,
+    tls: bool,
+) -> Result<BaseImage> {
+    let img = match store.find(name) {
+        Ok(img) => img,
+        Err(berth_image::Error::ImageNotInStore(_)) => {
+            let reference = ImageRef::parse(name)?;
+            super::pull::pull_into(config, store, &reference, platform, tls, None, false)?
+        }
+        Err(e) => return Err(e.into()),
+    };
+    as_base(&img, blobs, name)
+}
+
 /// Runs `berth tag`.
 pub fn tag(ctx: &Context, args: TagArgs) -> Result<ExitCode> {
     let config = ctx.config()?;
@@ -219,19 +225,30 @@ pub fn local_manifest(
     img: &StoredImage,
 ) -> Result<(Blobs, Vec<u8>, serde_json::Value)> {
     let blobs = blobs_of(store)?;
-    let digest = img
+    let kept = img
         .record
         .manifest_digest
         .as_deref()
         .filter(|d| blobs.has(d))
-        .ok_or_else(|| {
-            anyhow!(
-                "{} keeps only its squashfs file (berth does not keep the layers of pulled or imported images): \
-                 push or save images that berth built, or copy this one from its source with skopeo",
-                img.names.first().cloned().unwrap_or_else(|| img.record.id.clone())
-            )
-        })?;
-    let bytes = std::fs::read(blobs.path(digest))?;
+        .map(|d| std::fs::read(blobs.path(d)))
+        .transpose()?;
+    let bytes = match kept {
+        Some(bytes) => bytes,
+        // Pulled, imported or saved: only the squashfs file is kept. Its
+        // tree becomes one layer (made once per image).
+        None => {
+            let name = img
+                .names
+                .first()
+                .cloned()
+                .unwrap_or_else(|| img.record.id.clone());
+            let base = as_base(img, &blobs, &name)?;
+            eprintln!(
+                "berth: {name} keeps only its squashfs file: it goes as one layer of its tree"
+            );
+            berth_build::manifest::one_layer_image(&base, &blobs, &store.build_cache_dir())?.0
+        }
+    };
     let manifest: serde_json::Value = serde_json::from_slice(&bytes)?;
     for d in manifest_blobs(&manifest) {
         if !blobs.has(&d) {

@@ -1,6 +1,7 @@
-//! `berth push`: an image berth built (its manifest, config and layers are
-//! in the store's blob directory) to a registry. Blobs the repository has
-//! are not sent again; the manifest goes last, by tag.
+//! `berth push`: an image of the store to a registry: one berth built with
+//! its manifest, config and layers (in the store's blob directory), or any
+//! other (pulled, imported, saved) as one layer of its tree. Blobs the
+//! repository has are not sent again; the manifest goes last, by tag.
 
 use std::process::ExitCode;
 
@@ -56,6 +57,7 @@ pub fn push(ctx: &Context, args: PushArgs) -> Result<ExitCode> {
         t0.elapsed().as_secs_f64(),
         bytes as f64 / 1e6
     );
-    println!("{}", img.record.manifest_digest.clone().unwrap_or_default());
+    // The manifest sent: the stored one, or the one-layer image's.
+    println!("{}", berth_image::layer::sha256_digest(&manifest_bytes));
     Ok(ExitCode::SUCCESS)
 }

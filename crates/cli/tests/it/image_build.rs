@@ -281,3 +281,68 @@ CMD ["/w/uid.txt", "/w/copied.txt"]
         assert!(config.contains(wanted), "{wanted} missing: {config}");
     }
 }
+
+#[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
+fn pulled_and_saved_images_are_pushed_as_one_layer() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let d = sb.debian();
+    let reg = env.anon();
+    // A container saved as a store image, with a file it wrote.
+    sb.run(&[
+        "run",
+        "--writable",
+        "--save",
+        "saved/pushed:1",
+        &d,
+        "sh",
+        "-c",
+        "echo kept > /saved.txt",
+    ])
+    .ok();
+    for (image, dest) in [
+        (d.as_str(), format!("{reg}/berth-test/pushed-pulled:1")),
+        ("saved/pushed:1", format!("{reg}/berth-test/pushed-saved:1")),
+    ] {
+        let out = sb.run(&["push", "--tls-verify=false", image, &dest]).ok();
+        assert!(out.stdout().starts_with("sha256:"), "{}", out.stdout());
+        assert!(
+            out.stderr().contains("one layer of its tree"),
+            "{}",
+            out.stderr()
+        );
+        // One layer, as skopeo sees it.
+        let inspect = std::process::Command::new("skopeo")
+            .args(["inspect", "--tls-verify=false"])
+            .arg(format!("docker://{dest}"))
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
+        assert_eq!(v["Layers"].as_array().map(Vec::len), Some(1), "{v}");
+    }
+    // A fresh store pulls them back: the image's config and the saved file.
+    let other = Sandbox::new(env);
+    let pulled = format!("{reg}/berth-test/pushed-pulled:1");
+    let out = other
+        .run(&[
+            "run",
+            "--tls-verify=false",
+            &pulled,
+            "sh",
+            "-c",
+            "echo $GREETING; pwd",
+        ])
+        .ok()
+        .stdout();
+    assert_eq!(out, "hello from the image\n/srv/app\n");
+    let saved = format!("{reg}/berth-test/pushed-saved:1");
+    let out = other
+        .run(&["run", "--tls-verify=false", &saved, "cat", "/saved.txt"])
+        .ok()
+        .stdout();
+    assert_eq!(out, "kept\n");
+}

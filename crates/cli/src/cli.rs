@@ -83,10 +83,30 @@ pub enum Command {
     Build(BuildArgs),
     /// Give a stored image another name.
     Tag(TagArgs),
-    /// Write an image that berth built to an oci-archive file.
+    /// Write an image of the store to an oci-archive file (one berth did not build as one layer of its tree).
     Save(SaveArgs),
-    /// Push an image that berth built to a registry.
+    /// Push an image of the store to a registry (one berth did not build goes as one layer of its tree).
     Push(PushArgs),
+    /// Print the shell completion script for bash, zsh or fish (source it, or install it where the shell looks).
+    Completion(CompletionArgs),
+    /// Write the manual pages (berth.1 and one per command) into DIR.
+    Man(ManArgs),
+}
+
+/// `berth completion`.
+#[derive(Debug, Args)]
+pub struct CompletionArgs {
+    /// The shell.
+    #[arg(value_parser = ["bash", "zsh", "fish"])]
+    pub shell: String,
+}
+
+/// `berth man`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// The directory to write the pages into (made if missing).
+    #[arg(long, default_value = ".")]
+    pub dir: PathBuf,
 }
 
 /// `berth build`.

@@ -2,6 +2,7 @@
 //! options and makes one library call.
 
 mod build;
+mod docs;
 mod doctor;
 mod environments;
 mod images;
@@ -47,6 +48,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Tag(a) => build::tag(&ctx, a),
         Command::Save(a) => build::save(&ctx, a),
         Command::Push(a) => push::push(&ctx, a),
+        Command::Completion(a) => docs::completion(a),
+        Command::Man(a) => docs::man(a),
     }
 }
 

@@ -3,6 +3,7 @@
 //! End-to-end tests: the real `berth` binary, run as an unprivileged user,
 //! against real registries and images made by `tests/setup/setup.sh`.
 
+mod cli_docs;
 mod doctor;
 mod harness;
 mod harness_fuse;

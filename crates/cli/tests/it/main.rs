@@ -13,6 +13,7 @@ mod tree;
 
 mod host_hooks;
 mod host_inject;
+mod host_modules_examples;
 mod host_mpi;
 mod image_files;
 mod image_import;

@@ -6,9 +6,10 @@
 //! `digest-only` or `tag-only`). Read from `CONTAINERS_REGISTRIES_CONF`
 //! when set, else /etc/containers/registries.conf and then
 //! /etc/containers/registries.conf.d/*.conf in name order (a later table
-//! with the same prefix replaces an earlier one). Short-name aliases and
-//! `unqualified-search-registries` are not applied (berth resolves short
-//! names through Docker Hub and `registry_mirrors`).
+//! with the same prefix replaces an earlier one). A short name (no
+//! registry) is its `[aliases]` entry, else looked for in each of
+//! `unqualified-search-registries` in order (podman's permissive mode);
+//! with neither, Docker Hub.
 
 use std::path::{Path, PathBuf};
 
@@ -16,9 +17,15 @@ use serde::Deserialize;
 
 /// One file's tables (other keys are ignored).
 #[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 struct File {
     #[serde(default)]
     registry: Vec<Entry>,
+    /// Registries a short name is looked for in, in order.
+    unqualified_search_registries: Option<Vec<String>>,
+    /// Short names to full ones.
+    #[serde(default)]
+    aliases: std::collections::BTreeMap<String, String>,
 }
 
 /// A `[[registry]]` table.
@@ -76,6 +83,10 @@ pub struct Registries {
     pub entries: Vec<Entry>,
     /// The files read.
     pub files: Vec<PathBuf>,
+    /// `unqualified-search-registries` (the last file's that sets it).
+    pub search: Vec<String>,
+    /// `[aliases]`: short names to full ones (a later file's wins).
+    pub aliases: std::collections::BTreeMap<String, String>,
 }
 
 /// Where a reference is pulled from, in order: mirrors, then the primary.
@@ -126,8 +137,12 @@ impl Registries {
         let mut out = Registries::default();
         for f in files {
             match read(&f) {
-                Ok(Some(entries)) => {
-                    out.add(entries);
+                Ok(Some(file)) => {
+                    out.add(file.registry);
+                    if let Some(search) = file.unqualified_search_registries {
+                        out.search = search;
+                    }
+                    out.aliases.extend(file.aliases);
                     out.files.push(f);
                 }
                 Ok(None) => {}
@@ -138,6 +153,26 @@ impl Registries {
             }
         }
         out
+    }
+
+    /// The full references a short name (`name`, without its tag or
+    /// digest `pin`) may stand for, in order: its alias, else each search
+    /// registry (Docker Hub's official images under `library/`); empty when
+    /// neither is configured.
+    pub fn short_name_candidates(&self, name: &str, pin: &str) -> Vec<String> {
+        if let Some(full) = self.aliases.get(name) {
+            return vec![format!("{full}{pin}")];
+        }
+        self.search
+            .iter()
+            .map(|reg| {
+                if reg == "docker.io" && !name.contains('/') {
+                    format!("docker.io/library/{name}{pin}")
+                } else {
+                    format!("{reg}/{name}{pin}")
+                }
+            })
+            .collect()
     }
 
     /// Adds a file's tables: one with a prefix already known replaces it.
@@ -229,15 +264,14 @@ fn matches<'a>(prefix: &str, reference: &'a str) -> Option<&'a str> {
     (rest.is_empty() || rest.starts_with(['/', ':', '@'])).then_some(rest)
 }
 
-/// One file's tables; `None` when it does not exist.
-fn read(path: &Path) -> Result<Option<Vec<Entry>>, String> {
+/// One file; `None` when it does not exist.
+fn read(path: &Path) -> Result<Option<File>, String> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e.to_string()),
     };
-    let file: File = toml::from_str(&text).map_err(|e| e.to_string())?;
-    Ok(Some(file.registry))
+    toml::from_str(&text).map(Some).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -324,6 +358,34 @@ insecure = true
             refs(r.sources("quay.io/x/y:1").unwrap()),
             vec![("quay.io/x/y:1".into(), false, false)]
         );
+    }
+
+    #[test]
+    fn short_names_by_alias_then_search_registries() {
+        let file: File = toml::from_str(CONF).unwrap();
+        let mut r = regs();
+        r.search = file.unqualified_search_registries.unwrap();
+        assert_eq!(
+            r.short_name_candidates("ubuntu", ":24.04"),
+            ["docker.io/library/ubuntu:24.04"]
+        );
+        r.search = vec!["registry.site".into(), "docker.io".into()];
+        assert_eq!(
+            r.short_name_candidates("team/app", "@sha256:ab"),
+            [
+                "registry.site/team/app@sha256:ab",
+                "docker.io/team/app@sha256:ab"
+            ]
+        );
+        r.aliases
+            .insert("app".into(), "registry.site/team/app".into());
+        assert_eq!(
+            r.short_name_candidates("app", ":1"),
+            ["registry.site/team/app:1"]
+        );
+        assert!(Registries::default()
+            .short_name_candidates("x", "")
+            .is_empty());
     }
 
     #[test]

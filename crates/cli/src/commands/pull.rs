@@ -50,10 +50,12 @@ pub fn registry_options(
 
 /// Pulls `reference` into `store` under its name, reporting progress
 /// (the body of `berth pull`, and of `berth run`'s pull of an unknown image).
-/// The system's registries configuration (registries.conf: a blocked
-/// prefix, a rewritten location, its mirrors) applies first; then the
-/// mirrors of berth.toml's `registry_mirrors` are tried, in order; the
-/// registry itself is tried when every mirror failed.
+/// A short name (no registry) is its registries.conf alias, else looked
+/// for in each `unqualified-search-registries` entry in order (stored under
+/// both names), else Docker Hub's. Then the system's registries
+/// configuration (a blocked prefix, a rewritten location, its mirrors)
+/// applies; then the mirrors of berth.toml's `registry_mirrors` are tried,
+/// in order; the registry itself is tried when every mirror failed.
 pub fn pull_into(
     config: &berth_config::Config,
     store: &berth_image::store::Store,
@@ -63,70 +65,132 @@ pub fn pull_into(
     creds: Option<&str>,
     quiet: bool,
 ) -> Result<berth_image::store::StoredImage> {
-    let full = format!(
-        "{}/{}{}",
-        reference.registry(),
-        reference.repository(),
-        pin(reference)
-    );
-    let site = berth_config::registries::Registries::load();
-    let mut sources = site
-        .sources(&full)
-        .map_err(|b| berth_image::Error::Reference {
-            reference: full.clone(),
-            reason: b.to_string(),
-        })?;
-    let primary = sources
-        .pop()
-        .ok_or_else(|| anyhow::anyhow!("no source for {full}"))?;
-    let primary_ref = ImageRef::parse(&primary.reference)?;
-    let mut tries: Vec<(String, ImageRef, bool)> = Vec::new();
-    for s in sources {
-        match ImageRef::parse(&s.reference) {
-            Ok(r) => tries.push((s.reference.clone(), r, s.insecure)),
-            Err(e) => tracing::warn!("registries.conf mirror {:?}: {e}", s.reference),
-        }
-    }
-    for mirror in config.mirrors_of(primary_ref.registry()) {
-        match mirrored(&primary_ref, mirror) {
-            Ok(r) => tries.push((mirror.clone(), r, false)),
-            Err(e) => tracing::warn!(
-                "registry mirror {mirror:?} of {}: {e}",
-                primary_ref.registry()
-            ),
-        }
-    }
-    for (mirror, from, insecure) in tries {
-        // --creds are for the registry named; a mirror's come from the auth files.
-        match pull_from(
-            config,
-            store,
-            reference,
-            &from,
-            platform,
-            tls_verify && !insecure,
-            None,
-            quiet,
-        ) {
-            Ok(image) => return Ok(image),
-            Err(e) => eprintln!(
-                "berth: warning: mirror {mirror} of {}: {}; trying the next",
-                primary_ref.registry(),
-                crate::exit::message(&e)
-            ),
-        }
-    }
-    let creds = creds.filter(|_| primary_ref.registry() == reference.registry());
-    pull_from(
+    let pull = Pull {
         config,
         store,
-        reference,
-        &primary_ref,
         platform,
-        tls_verify && !primary.insecure,
-        creds,
+        tls_verify,
         quiet,
-    )
+        site: berth_config::registries::Registries::load(),
+    };
+    if reference.is_short() {
+        let repo = reference.repository();
+        let name = repo.strip_prefix("library/").unwrap_or(repo);
+        let candidates = pull.site.short_name_candidates(name, &pin(reference));
+        let mut last = None;
+        for c in &candidates {
+            let full = ImageRef::parse(c)?;
+            match pull.resolved(reference, &full, creds) {
+                Ok(image) => return Ok(image),
+                Err(e) => {
+                    eprintln!(
+                        "berth: {c}: {}{}",
+                        crate::exit::message(&e),
+                        if candidates.len() > 1 {
+                            "; trying the next search registry"
+                        } else {
+                            ""
+                        }
+                    );
+                    last = Some(e);
+                }
+            }
+        }
+        if let Some(e) = last {
+            return Err(e);
+        }
+    }
+    pull.resolved(reference, reference, creds)
+}
+
+/// One pull's settings.
+struct Pull<'a> {
+    config: &'a berth_config::Config,
+    store: &'a berth_image::store::Store,
+    platform: &'a Platform,
+    tls_verify: bool,
+    quiet: bool,
+    site: berth_config::registries::Registries,
+}
+
+impl Pull<'_> {
+    /// Pulls the fully qualified `full` (through the registries
+    /// configuration and the mirrors), named as `reference` and `full`.
+    fn resolved(
+        &self,
+        reference: &ImageRef,
+        full: &ImageRef,
+        creds: Option<&str>,
+    ) -> Result<berth_image::store::StoredImage> {
+        let text = format!("{}/{}{}", full.registry(), full.repository(), pin(full));
+        let mut sources = self
+            .site
+            .sources(&text)
+            .map_err(|b| berth_image::Error::Reference {
+                reference: text.clone(),
+                reason: b.to_string(),
+            })?;
+        let primary = sources
+            .pop()
+            .ok_or_else(|| anyhow::anyhow!("no source for {text}"))?;
+        let primary_ref = ImageRef::parse(&primary.reference)?;
+        let mut tries: Vec<(String, ImageRef, bool)> = Vec::new();
+        for s in sources {
+            match ImageRef::parse(&s.reference) {
+                Ok(r) => tries.push((s.reference.clone(), r, s.insecure)),
+                Err(e) => tracing::warn!("registries.conf mirror {:?}: {e}", s.reference),
+            }
+        }
+        for mirror in self.config.mirrors_of(primary_ref.registry()) {
+            match mirrored(&primary_ref, mirror) {
+                Ok(r) => tries.push((mirror.clone(), r, false)),
+                Err(e) => tracing::warn!(
+                    "registry mirror {mirror:?} of {}: {e}",
+                    primary_ref.registry()
+                ),
+            }
+        }
+        let mut names = vec![reference.store_name()];
+        if full.store_name() != names[0] {
+            names.push(full.store_name());
+        }
+        for (mirror, from, insecure) in tries {
+            // --creds are for the registry named; a mirror's come from the auth files.
+            match self.from(&names, &from, !insecure, None) {
+                Ok(image) => return Ok(image),
+                Err(e) => eprintln!(
+                    "berth: warning: mirror {mirror} of {}: {}; trying the next",
+                    primary_ref.registry(),
+                    crate::exit::message(&e)
+                ),
+            }
+        }
+        let creds = creds.filter(|_| primary_ref.registry() == reference.registry());
+        self.from(&names, &primary_ref, !primary.insecure, creds)
+    }
+
+    /// Pulls `from` (a registry's reference or a mirror's) into the store
+    /// under `names`; `verify` false allows plain HTTP there.
+    fn from(
+        &self,
+        names: &[String],
+        from: &ImageRef,
+        verify: bool,
+        creds: Option<&str>,
+    ) -> Result<berth_image::store::StoredImage> {
+        let options = registry_options(from, self.tls_verify && verify, creds, self.config)?;
+        let registry = Registry::new(from, options)?;
+        let reporter = Reporter::new(self.quiet, &names[0]);
+        let opts = ConvertOptions {
+            squashfs: &self.config.squashfs,
+            jobs: super::jobs(),
+            names: names.to_vec(),
+            progress: &reporter,
+        };
+        let image = berth_image::pull::pull(self.store, &registry, from, self.platform, &opts)?;
+        reporter.done(&image);
+        Ok(image)
+    }
 }
 
 /// `:tag` or `@digest` of `reference` (nothing for neither).
@@ -145,33 +209,6 @@ fn mirrored(reference: &ImageRef, mirror: &str) -> Result<ImageRef> {
         reference.repository(),
         pin(reference)
     ))?)
-}
-
-/// Pulls `from` (the registry's reference or a mirror's) into `store`,
-/// named as `reference`.
-#[allow(clippy::too_many_arguments)]
-fn pull_from(
-    config: &berth_config::Config,
-    store: &berth_image::store::Store,
-    reference: &ImageRef,
-    from: &ImageRef,
-    platform: &Platform,
-    tls_verify: bool,
-    creds: Option<&str>,
-    quiet: bool,
-) -> Result<berth_image::store::StoredImage> {
-    let options = registry_options(from, tls_verify, creds, config)?;
-    let registry = Registry::new(from, options)?;
-    let reporter = Reporter::new(quiet, &reference.to_string());
-    let opts = ConvertOptions {
-        squashfs: &config.squashfs,
-        jobs: super::jobs(),
-        names: vec![reference.store_name()],
-        progress: &reporter,
-    };
-    let image = berth_image::pull::pull(store, &registry, from, platform, &opts)?;
-    reporter.done(&image);
-    Ok(image)
 }
 
 /// Runs `berth pull`.

@@ -2,8 +2,9 @@
 //! through CONTAINERS_REGISTRIES_CONF) applies to berth's pulls as to
 //! podman's (issue 19): a prefix rewritten to another location (insecure
 //! there), a mirror tried before a registry that does not resolve, a
-//! blocked prefix refused, and `pull-from-mirror = "digest-only"` keeping
-//! tags off the mirror.
+//! blocked prefix refused, `pull-from-mirror = "digest-only"` keeping
+//! tags off the mirror, and short names through `[aliases]` and
+//! `unqualified-search-registries`.
 
 use crate::harness::*;
 use crate::need_env;
@@ -21,7 +22,14 @@ fn registries_conf_rewrites_mirrors_and_blocks() {
     std::fs::write(
         &conf,
         format!(
-            r#"unqualified-search-registries = ["docker.io"]
+            r#"unqualified-search-registries = ["nothere.invalid", "{reg}"]
+
+[aliases]
+"debian-alias" = "{reg}/berth-test/debian-python"
+
+[[registry]]
+prefix = "{reg}"
+insecure = true
 
 [[registry]]
 prefix = "rewritten.invalid/berth"
@@ -107,6 +115,25 @@ insecure = true
     let digest = inspect["manifest_digest"]
         .as_str()
         .expect("a manifest digest");
+    // Short names: an alias, and the search registries in order (the first
+    // does not resolve); stored under the short and the full name.
+    sb.run(&["pull", "-q", "debian-alias"]).ok();
+    let out = sb
+        .run(&["run", "debian-alias", "cat", "/etc/debian_version"])
+        .ok()
+        .stdout();
+    assert!(out.starts_with("12."), "{out}");
+    let out = sb.run(&["pull", "-q", "berth-test/debian-python:latest"]);
+    assert!(
+        out.ok().stderr().contains("nothere.invalid"),
+        "the first search registry was tried"
+    );
+    let names = sb.run(&["images"]).ok().stdout();
+    assert!(
+        names.contains("docker.io/library/debian-alias")
+            && names.contains("docker.io/berth-test/debian-python"),
+        "{names}"
+    );
     sb.run(&[
         "pull",
         "-q",

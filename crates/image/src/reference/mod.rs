@@ -14,10 +14,22 @@ use crate::error::{Error, Result};
 mod grammar;
 
 /// A parsed, normalised image reference.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ImageRef {
     inner: Reference,
+    /// Typed without a registry (`ubuntu:24.04`): the registries
+    /// configuration's aliases and search list may resolve it.
+    short: bool,
 }
+
+/// Two references are equal when they name the same image, however typed.
+impl PartialEq for ImageRef {
+    fn eq(&self, other: &Self) -> bool {
+        self.inner == other.inner
+    }
+}
+
+impl Eq for ImageRef {}
 
 impl ImageRef {
     /// Parses a reference typed by a user.
@@ -47,7 +59,10 @@ impl ImageRef {
         }
         let inner = grammar::parse(text).map_err(invalid)?;
         lower_case(inner.repository())?;
-        Ok(Self { inner })
+        Ok(Self {
+            inner,
+            short: !names_registry(text),
+        })
     }
 
     /// Parses a local image name given to `berth import`: a name without a
@@ -58,6 +73,11 @@ impl ImageRef {
         } else {
             Self::parse(&format!("localhost/{text}"))
         }
+    }
+
+    /// Whether it was typed without a registry.
+    pub fn is_short(&self) -> bool {
+        self.short
     }
 
     /// The registry host as written (`docker.io` for Docker Hub).
@@ -103,6 +123,7 @@ impl ImageRef {
                 self.repository().to_string(),
                 digest.to_string(),
             ),
+            short: false,
         }
     }
 

@@ -53,7 +53,7 @@ pub enum Command {
     Shell(ShellArgs),
     /// Pull an image from a registry into the store; prints its id.
     Pull(PullArgs),
-    /// Import an image from docker-archive:FILE, oci-archive:FILE, oci:DIR[:TAG], sif:FILE or squashfs:FILE.
+    /// Import an image from docker-archive:FILE, oci-archive:FILE, oci:DIR[:TAG], sif:FILE, squashfs:FILE, containers-storage:NAME (your podman images) or docker-daemon:NAME.
     Import(ImportArgs),
     /// List images in the store.
     Images(ImagesArgs),
@@ -400,8 +400,9 @@ pub struct PullArgs {
 #[derive(Debug, Args)]
 pub struct ImportArgs {
     /// docker-archive:FILE[:NAME], oci-archive:FILE[:TAG], oci:DIR[:TAG],
-    /// sif:FILE (an Apptainer/Singularity image) or squashfs:FILE (a
-    /// squashfs file such as enroot's .sqsh).
+    /// sif:FILE (an Apptainer/Singularity image), squashfs:FILE (a
+    /// squashfs file such as enroot's .sqsh), containers-storage:NAME (an
+    /// image of your podman storage) or docker-daemon:NAME.
     pub source: String,
     /// Name to give the image (a name without registry lands under localhost/).
     pub name: String,

@@ -77,7 +77,7 @@ impl ImportSource {
                 Ok(Self::DockerArchive(p, t))
             }
             other => Err(bad(&format!(
-                "unknown transport {other:?}: use docker-archive:FILE, oci-archive:FILE, oci:DIR[:TAG], sif:FILE or squashfs:FILE"
+                "unknown transport {other:?}: use docker-archive:FILE, oci-archive:FILE, oci:DIR[:TAG], sif:FILE, squashfs:FILE, containers-storage:NAME or docker-daemon:NAME"
             ))),
         }
     }

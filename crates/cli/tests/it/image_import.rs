@@ -104,3 +104,46 @@ fn import_errors_are_clear() {
     assert!(sb.store_entries("images").is_empty());
     sb.assert_store_tmp_empty();
 }
+
+#[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
+fn containers_storage_imports_the_users_podman_images() {
+    let env = need_env!();
+    let mut sb = Sandbox::new(env);
+    let r = format!("{}/berth-test/debian-python:latest", env.anon());
+    let pulled = sb
+        .podman(&["pull", "-q", "--tls-verify=false", &r])
+        .expect("the fixtures' podman home (BERTH_IT_PODMAN_HOME)");
+    assert_eq!(pulled.code(), 0, "{}", pulled.stderr());
+    // berth runs podman with the user's environment: the same storage.
+    let home = std::path::PathBuf::from(env.var("BERTH_IT_PODMAN_HOME"));
+    for (k, sub) in [
+        ("XDG_CONFIG_HOME", "config"),
+        ("XDG_DATA_HOME", "data"),
+        ("XDG_RUNTIME_DIR", "runtime"),
+    ] {
+        sb.extra_env
+            .push((k.into(), home.join(sub).display().to_string()));
+    }
+    let src = format!("containers-storage:{r}");
+    sb.run(&["import", "-q", &src, "from-podman:1"]).ok();
+    let out = sb
+        .run(&[
+            "run",
+            "from-podman:1",
+            "sh",
+            "-c",
+            "cat /etc/debian_version; echo $GREETING",
+        ])
+        .ok()
+        .stdout();
+    assert!(
+        out.starts_with("12.") && out.ends_with("hello from the image\n"),
+        "{out}"
+    );
+    sb.run(&["import", "containers-storage:localhost/no-such:1", "x:1"])
+        .fails(16, "podman could not export localhost/no-such:1");
+}

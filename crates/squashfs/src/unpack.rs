@@ -4,9 +4,10 @@
 //! an entry named `..` or holding a `/` is refused, symlinks are made and
 //! never entered, hard links point at files made here. Owners are the
 //! image's where the user namespace maps them (else root's, as the server
-//! reports them), setuid and setgid bits are dropped (berth's containers
-//! never elevate), device nodes are left out (a user namespace cannot
-//! make them), extended attributes are not copied.
+//! reports them), modes are the image's (setuid bits too: the caller keeps
+//! the tree where only its user can reach it, and berth's containers never
+//! elevate), device nodes are left out (a user namespace cannot make
+//! them), extended attributes are not copied.
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -159,7 +160,7 @@ impl Unpacker<'_> {
                 return Ok(());
             }
         }
-        let perm = Mode::from_raw_mode(u32::from(inode.perm) & 0o1777);
+        let perm = Mode::from_raw_mode(u32::from(inode.perm) & 0o7777);
         match &inode.body {
             Body::Dir(_) => {
                 rfs::mkdirat(dir, name, Mode::from_raw_mode(0o700)).map_err(fail("create"))?;
@@ -250,12 +251,12 @@ impl Unpacker<'_> {
         Some(Gid::from_raw(self.owners.gid(inode.gid)))
     }
 
-    /// Owner (where it can be set), mode without setuid and setgid, and
-    /// times of what `fd` is open on.
+    /// Owner (where it can be set), mode and times of what `fd` is open
+    /// on (the mode after the owner: a chown clears setuid bits).
     fn attrs_fd(&self, fd: &impl AsFd, inode: &Inode, rel: &Path) -> Result<(), UnpackError> {
         // An owner the namespace cannot take stays the unpacker's.
         let _ = rfs::fchown(fd, self.uid(inode), self.gid(inode));
-        rfs::fchmod(fd, Mode::from_raw_mode(u32::from(inode.perm) & 0o1777)).map_err(|e| {
+        rfs::fchmod(fd, Mode::from_raw_mode(u32::from(inode.perm) & 0o7777)).map_err(|e| {
             UnpackError::Write {
                 what: "chmod",
                 path: rel.to_path_buf(),
@@ -333,7 +334,7 @@ mod tests {
         assert_eq!(done.bytes, 5 + 3 * CHUNK as u64 + 5);
         assert_eq!(std::fs::read_to_string(out.join("a/h")).unwrap(), "hello");
         let f = std::fs::metadata(out.join("a/f")).unwrap();
-        assert_eq!(f.permissions().mode() & 0o7777, 0o755, "setuid dropped");
+        assert_eq!(f.permissions().mode() & 0o7777, 0o4755, "the image's mode");
         assert_eq!(f.ino(), std::fs::metadata(out.join("a/h")).unwrap().ino());
         assert_eq!(
             std::fs::read_link(out.join("a/b/out")).unwrap(),

@@ -205,6 +205,12 @@ macro_rules! need_env {
     };
 }
 
+/// Whether this is tests/run.sh's fallbacks pass (images unpacked, no
+/// subordinate ids: owners other than root are root's under --fakeroot).
+pub fn fallbacks() -> bool {
+    std::env::var_os("BERTH_IT_FALLBACKS").is_some()
+}
+
 /// A per-test sandbox: a store and a home, owned by the test user.
 pub struct Sandbox {
     pub env: &'static Env,
@@ -225,11 +231,21 @@ impl Sandbox {
         for sub in ["home", "store", "run"] {
             fs::create_dir_all(dir.path().join(sub)).unwrap();
         }
-        let sb = Self {
+        let mut sb = Self {
             env,
             dir,
             extra_env: Vec::new(),
         };
+        // tests/run.sh's second pass: the fallbacks of nodes without FUSE
+        // and users without subordinate ids, forced.
+        if fallbacks() {
+            fs::write(
+                sb.dir.path().join("no-site-config.toml"),
+                "[runtime]\nimage_mount = \"unpack\"\n",
+            )
+            .unwrap();
+            sb.extra_env.push(("BERTH_NO_SUBIDS".into(), "1".into()));
+        }
         sb.chown_to_user(sb.dir.path());
         sb
     }

@@ -14,6 +14,11 @@ KIND (applied to blob GETs, the first N of them; N=0: all):
   truncate   a well-formed response with half the body (short Content-Length)
   corrupt    the whole body with bytes flipped (a wrong digest)
   stall      send the headers, then nothing for --stall seconds (slow loris)
+  throttle   send the body at --rate bytes per second (each response on
+             its own: a CDN's per-connection limit), for the benchmarks
+  slow       wait --stall seconds, then answer; its log line ends with
+             active=N, the blob GETs in flight then (how many a client
+             fetches at once)
   auth401    a token registry whose tokens expire: /v2/ without a token
              gets a Bearer challenge (realm: this proxy's /token, which
              hands out tokens), and the first N manifest requests get a 401
@@ -36,6 +41,7 @@ import time
 ARGS = None
 LOCK = threading.Lock()
 FIRED = {"blob": 0, "manifest": 0}
+ACTIVE = [0]
 
 
 def take(kind):
@@ -104,6 +110,32 @@ class Handler(http.server.BaseHTTPRequestHandler):
             resp, body = self.upstream(method)
             self.send(resp.status, resp.getheaders(), body)
             return
+        if fault == "slow":
+            with LOCK:
+                ACTIVE[0] += 1
+                active = ACTIVE[0]
+            note(f"slow {method} {self.path} active={active}")
+            try:
+                time.sleep(ARGS.stall)
+                resp, body = self.upstream(method)
+                self.send(resp.status, resp.getheaders(), body)
+            finally:
+                with LOCK:
+                    ACTIVE[0] -= 1
+            return
+        if fault == "throttle":
+            resp, body = self.upstream(method)
+            self.send(resp.status, resp.getheaders(), body, flush_body=False)
+            if method == "GET":
+                step = 64 * 1024
+                start = time.monotonic()
+                for off in range(0, len(body), step):
+                    self.wfile.write(body[off:off + step])
+                    ahead = (off + step) / ARGS.rate - (time.monotonic() - start)
+                    if ahead > 0:
+                        time.sleep(ahead)
+                self.wfile.flush()
+            return
         note(f"{fault} {method} {self.path}")
         if fault in ("status500", "status503"):
             code = 500 if fault == "status500" else 503
@@ -150,9 +182,11 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--upstream", required=True)
     p.add_argument("--fault", required=True,
-                   choices=["none", "status500", "status503", "reset", "truncate", "corrupt", "stall", "auth401"])
+                   choices=["none", "status500", "status503", "reset", "truncate", "corrupt", "stall", "slow",
+                            "throttle", "auth401"])
     p.add_argument("--count", type=int, default=1)
     p.add_argument("--stall", type=float, default=30.0)
+    p.add_argument("--rate", type=float, default=25 * 1024 * 1024)
     p.add_argument("--port-file", required=True)
     p.add_argument("--log", required=True)
     ARGS = p.parse_args()

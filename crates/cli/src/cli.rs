@@ -394,6 +394,10 @@ pub struct PullArgs {
     /// Credentials USER:PASSWORD for this pull (else from auth files).
     #[arg(long, value_name = "USER:PASSWORD")]
     pub creds: Option<String>,
+    /// Keep no downloaded layers in the store's layer cache (only the
+    /// squashfs image); layers already cached are still used.
+    #[arg(long)]
+    pub no_layer_cache: bool,
 }
 
 /// `berth import`.

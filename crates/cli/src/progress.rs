@@ -139,4 +139,10 @@ impl Progress for Reporter {
             eprintln!("Writing squashfs");
         }
     }
+
+    fn layers_cached(&self, cached: usize, count: usize) {
+        if cached > 0 && !matches!(self.mode, Mode::Quiet) {
+            eprintln!("{cached} of {count} layers were in the layer cache");
+        }
+    }
 }

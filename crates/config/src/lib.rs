@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 pub mod exit;
 pub mod expand;
 mod image_serving;
+pub mod layer_cache;
 pub mod registries;
 pub mod root;
 
@@ -141,6 +142,8 @@ pub struct NetworkSettings {
     /// Seconds without a byte from the registry before a transfer counts
     /// as stalled (and is retried, resuming where it stopped).
     pub read_timeout_seconds: u64,
+    /// Layers a pull downloads at once.
+    pub max_connections: usize,
 }
 
 impl Default for NetworkSettings {
@@ -150,6 +153,7 @@ impl Default for NetworkSettings {
             backoff_ms: 250,
             connect_timeout_seconds: 20,
             read_timeout_seconds: 60,
+            max_connections: 8,
         }
     }
 }
@@ -179,6 +183,8 @@ pub struct ConfigFile {
     pub runtime: Option<RuntimeSettings>,
     /// Registry connection settings.
     pub network: Option<NetworkSettings>,
+    /// The layer cache (`[layer_cache]`).
+    pub layer_cache: Option<layer_cache::LayerCacheSettings>,
     /// Where host resources are found (`[host]`: CDI spec directories,
     /// loader cache, device and program directories, module directory);
     /// read by berth-inject, which names its keys.
@@ -281,6 +287,9 @@ impl ConfigFile {
         if over.network.is_some() {
             self.network = over.network;
         }
+        if over.layer_cache.is_some() {
+            self.layer_cache = over.layer_cache;
+        }
         match (&mut self.runtime, over.runtime) {
             (Some(mine), Some(theirs)) => {
                 mine.binds.extend(theirs.binds);
@@ -376,6 +385,8 @@ pub struct Config {
     pub runtime: RuntimeSettings,
     /// Registry connection settings.
     pub network: NetworkSettings,
+    /// The layer cache.
+    pub layer_cache: layer_cache::LayerCacheSettings,
     /// `[host]` keys, merged (a later file's key wins).
     pub host: toml::Table,
     /// Inline modules, with the file of each table.
@@ -432,6 +443,7 @@ impl Config {
             squashfs: file.squashfs.unwrap_or_default(),
             runtime: file.runtime.unwrap_or_default(),
             network: file.network.unwrap_or_default(),
+            layer_cache: file.layer_cache.unwrap_or_default(),
             host: file.host,
             modules: file.modules,
             system_config: env.system_config_path(),

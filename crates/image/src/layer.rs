@@ -190,6 +190,11 @@ pub fn to_io(e: Error) -> io::Error {
     io::Error::other(e)
 }
 
+/// Whether `e` is a digest or size mismatch found by a [`VerifyingReader`].
+pub fn is_integrity_failure(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|r| r.is::<IntegrityFailure>())
+}
+
 impl<R: Read> Read for VerifyingReader<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if self.done {

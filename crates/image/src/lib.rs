@@ -5,6 +5,7 @@
 //!
 //! - [`reference`]: Docker-grammar image references.
 //! - [`registry`]: the OCI distribution client (auth, retries, resume).
+//! - [`downloads`]: parallel layer downloads through the store's layer cache.
 //! - [`archive`]: docker-archive, oci-archive and OCI layout sources.
 //! - [`image_config`]: an image's OCI config and its run-time settings.
 //! - [`layer`]: layer decompression and diff-ID verification.
@@ -18,6 +19,7 @@
 
 pub mod archive;
 pub mod auth;
+pub mod downloads;
 pub mod error;
 pub mod flatten;
 pub mod image_config;

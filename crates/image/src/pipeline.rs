@@ -67,6 +67,9 @@ pub trait Progress: Sync {
     fn waiting(&self, _id: &str) {}
     /// Layers are read; the squashfs writer is finishing.
     fn finishing(&self) {}
+    /// The image is stored; `cached` of its `count` layers came from the
+    /// store's layer cache instead of the registry.
+    fn layers_cached(&self, _cached: usize, _count: usize) {}
 }
 
 /// A [`Progress`] that reports nothing.
@@ -387,10 +390,15 @@ fn decompress_layer(
     };
     match run() {
         Ok(d) => Ok(d),
+        // Failures of the transfer or of the disk (a download spooled to a
+        // full store) say all there is; only a decompressor's complaint
+        // may hide a digest mismatch.
         Err(
             e @ (Error::Integrity { .. }
             | Error::Network { .. }
             | Error::Auth { .. }
+            | Error::Store { .. }
+            | Error::HostTool(_)
             | Error::Cancelled),
         ) => Err(e),
         Err(e) => Err(shared.drain().err().unwrap_or(e)),

@@ -1,13 +1,10 @@
 //! `berth pull`: resolve a reference on a registry and convert it.
 
-use std::io::Read;
-
 use oci_spec::image::{ImageIndex, ImageManifest};
 
+use crate::downloads::{DownloadOptions, Downloads};
 use crate::error::{Error, Result};
-use crate::pipeline::{
-    convert, layers_of, parse_config, ConvertOptions, LayerDesc, LayerSource, ResolvedImage,
-};
+use crate::pipeline::{convert, layers_of, parse_config, ConvertOptions, ResolvedImage};
 use crate::platform::{select, Platform};
 use crate::reference::ImageRef;
 use crate::registry::Registry;
@@ -86,37 +83,47 @@ pub fn resolve(
     })
 }
 
-/// Layers straight from the registry.
-pub struct RegistrySource<'a> {
-    /// The client.
-    pub registry: &'a Registry,
-    /// The repository to read blobs from.
-    pub reference: &'a ImageRef,
-}
-
-impl LayerSource for RegistrySource<'_> {
-    fn open_layer(&self, layer: &LayerDesc) -> Result<Box<dyn Read + Send + '_>> {
-        Ok(Box::new(self.registry.blob(
-            self.reference,
-            &layer.digest,
-            layer.size,
-            "layer",
-        )?))
-    }
-}
-
-/// Pulls `reference` into `store` and names it.
+/// Pulls `reference` into `store` and names it: the layers are downloaded
+/// in parallel through the store's layer cache ([`Downloads`]). A cached
+/// layer found corrupt is removed from the cache and the pull starts
+/// again, once, downloading it.
 pub fn pull(
     store: &Store,
     registry: &Registry,
     reference: &ImageRef,
     platform: &Platform,
     opts: &ConvertOptions<'_>,
+    downloads: &DownloadOptions,
 ) -> Result<StoredImage> {
     let resolved = resolve(registry, reference, platform)?;
-    let source = RegistrySource {
-        registry,
-        reference,
-    };
-    convert(store, &resolved, &source, opts)
+    let mut again = true;
+    loop {
+        let source = Downloads::new(
+            store,
+            registry.fetcher(reference),
+            &resolved.layers,
+            downloads.clone(),
+        )?;
+        match convert(store, &resolved, &source, opts) {
+            Err(e) if again && source.evicted() => {
+                tracing::warn!("{e}; pulling again without the corrupt cached layer");
+                again = false;
+            }
+            Err(e) => return Err(e),
+            Ok(image) => {
+                opts.progress
+                    .layers_cached(source.cached(), resolved.layers.len());
+                drop(source);
+                if let Some(max) = downloads.cache_max {
+                    let (count, bytes) = store.layer_cache()?.shrink_to(max)?;
+                    if count > 0 {
+                        tracing::info!(
+                            "layer cache over its {max}-byte cap: removed {count} least recently used layers ({bytes} bytes)"
+                        );
+                    }
+                }
+                return Ok(image);
+            }
+        }
+    }
 }

@@ -186,8 +186,15 @@ pub fn prune(ctx: &Context) -> Result<ExitCode> {
             pruned.cache_entries
         );
     }
+    if pruned.cached_layers > 0 {
+        println!(
+            "Deleted: {} cached layers no image lists ({})",
+            pruned.cached_layers,
+            human_size(pruned.cached_layer_bytes)
+        );
+    }
     if let Some(why) = &pruned.blobs_kept_because {
-        eprintln!("berth: note: blobs and the build cache were not pruned: {why}");
+        eprintln!("berth: note: blobs, cached layers and the build cache were not pruned: {why}");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use berth_image::auth::{AuthFiles, Credentials};
+use berth_image::downloads::DownloadOptions;
 use berth_image::pipeline::ConvertOptions;
 use berth_image::platform::Platform;
 use berth_image::reference::ImageRef;
@@ -65,6 +66,30 @@ pub fn pull_into(
     creds: Option<&str>,
     quiet: bool,
 ) -> Result<berth_image::store::StoredImage> {
+    pull_with(
+        config,
+        store,
+        reference,
+        platform,
+        tls_verify,
+        creds,
+        quiet,
+        config.layer_cache.enabled,
+    )
+}
+
+/// [`pull_into`], keeping downloaded layers in the layer cache or not.
+#[allow(clippy::too_many_arguments)]
+fn pull_with(
+    config: &berth_config::Config,
+    store: &berth_image::store::Store,
+    reference: &ImageRef,
+    platform: &Platform,
+    tls_verify: bool,
+    creds: Option<&str>,
+    quiet: bool,
+    keep_layers: bool,
+) -> Result<berth_image::store::StoredImage> {
     let pull = Pull {
         config,
         store,
@@ -72,6 +97,11 @@ pub fn pull_into(
         tls_verify,
         quiet,
         site: berth_config::registries::Registries::load(),
+        downloads: DownloadOptions {
+            connections: config.network.max_connections.max(1),
+            keep: keep_layers,
+            cache_max: config.layer_cache.max_size,
+        },
     };
     if reference.is_short() {
         let repo = reference.repository();
@@ -111,6 +141,7 @@ struct Pull<'a> {
     tls_verify: bool,
     quiet: bool,
     site: berth_config::registries::Registries,
+    downloads: DownloadOptions,
 }
 
 impl Pull<'_> {
@@ -187,7 +218,14 @@ impl Pull<'_> {
             names: names.to_vec(),
             progress: &reporter,
         };
-        let image = berth_image::pull::pull(self.store, &registry, from, self.platform, &opts)?;
+        let image = berth_image::pull::pull(
+            self.store,
+            &registry,
+            from,
+            self.platform,
+            &opts,
+            &self.downloads,
+        )?;
         reporter.done(&image);
         Ok(image)
     }
@@ -221,7 +259,7 @@ pub fn run(ctx: &Context, args: PullArgs) -> Result<ExitCode> {
     let config = ctx.config()?;
     let store = ctx.store(&config)?;
     let tls = args.tls.tls_verify;
-    let image = pull_into(
+    let image = pull_with(
         &config,
         &store,
         &reference,
@@ -229,6 +267,7 @@ pub fn run(ctx: &Context, args: PullArgs) -> Result<ExitCode> {
         tls,
         args.creds.as_deref(),
         args.quiet,
+        config.layer_cache.enabled && !args.no_layer_cache,
     )?;
     println!("{}", image.record.id);
     Ok(ExitCode::SUCCESS)

@@ -4,72 +4,12 @@
 //! the class's exit code; never a wrong or partial image in the store.
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Instant;
 
 use crate::harness::Sandbox;
+use crate::harness_proxy::{store, Proxy};
 use crate::need_env;
-
-/// A running fault proxy; killed when dropped.
-struct Proxy {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-}
-
-impl Proxy {
-    fn start(sb: &Sandbox, fault: &str, count: u32) -> Proxy {
-        let dir = sb.dir.path().join(format!("proxy-{fault}-{count}"));
-        fs::create_dir_all(&dir).unwrap();
-        let port_file = dir.join("port");
-        let log = dir.join("faults.log");
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/setup/faultproxy.py");
-        let child = Command::new("python3")
-            .arg(script)
-            .args([
-                "--upstream",
-                sb.env.anon(),
-                "--fault",
-                fault,
-                "--count",
-                &count.to_string(),
-            ])
-            .args(["--stall", "30"])
-            .arg("--port-file")
-            .arg(&port_file)
-            .arg("--log")
-            .arg(&log)
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let port = loop {
-            if let Ok(p) = fs::read_to_string(&port_file) {
-                break p.trim().parse().unwrap();
-            }
-            assert!(Instant::now() < deadline, "the fault proxy did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        Proxy { child, port, log }
-    }
-
-    fn image(&self, name: &str) -> String {
-        format!("127.0.0.1:{}/berth-test/{name}:latest", self.port)
-    }
-
-    fn fired(&self) -> usize {
-        fs::read_to_string(&self.log)
-            .map(|t| t.lines().count())
-            .unwrap_or(0)
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Quick retries and a 2 s stall limit, so the suite does not wait out
 /// production time-outs.
@@ -82,13 +22,6 @@ fn fast_network(sb: &Sandbox) {
     )
     .unwrap();
     sb.chown_to_user(&sb.home());
-}
-
-fn store(sb: &Sandbox, name: &str) -> String {
-    let s = sb.dir.path().join("stores").join(name);
-    fs::create_dir_all(&s).unwrap();
-    sb.chown_to_user(&sb.dir.path().join("stores"));
-    s.to_string_lossy().into_owned()
 }
 
 fn entries(store: &str, sub: &str) -> usize {

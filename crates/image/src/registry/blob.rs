@@ -17,23 +17,61 @@ use super::RegistryOptions;
 use crate::error::Error;
 use crate::reference::ImageRef;
 
-/// One blob download: what to fetch, from where, and how often to try.
-pub(super) struct BlobTask {
+/// Fetches the blobs of one repository from any thread: each blob is a
+/// task on the registry client's runtime (see [`super::Registry::fetcher`]).
+#[derive(Clone)]
+pub struct BlobFetcher {
     pub(super) client: Client,
     pub(super) auth: RegistryAuth,
+    pub(super) runtime: tokio::runtime::Handle,
     pub(super) reference: ImageRef,
-    pub(super) desc: OciDescriptor,
-    pub(super) size: u64,
     pub(super) options: RegistryOptions,
     pub(super) registry: String,
-    pub(super) what: String,
+}
+
+impl BlobFetcher {
+    /// Streams the blob `digest`, resuming with HTTP ranges after
+    /// transient failures. The reader verifies size and digest and fails
+    /// at the end on a mismatch; `what` names the blob in errors.
+    pub fn blob(&self, digest: &str, size: u64, what: &str) -> impl Read + Send + 'static {
+        let (tx, rx) = tokio::sync::mpsc::channel::<std::result::Result<Bytes, Error>>(64);
+        let task = BlobTask {
+            client: self.client.clone(),
+            auth: self.auth.clone(),
+            reference: self.reference.clone(),
+            desc: OciDescriptor {
+                digest: digest.to_string(),
+                size: size as i64,
+                ..OciDescriptor::default()
+            },
+            size,
+            options: self.options.clone(),
+            registry: self.registry.clone(),
+            what: what.to_string(),
+        };
+        self.runtime.spawn(async move { task.run(tx).await });
+        let reader = ChannelReader {
+            rx,
+            current: Bytes::new(),
+        };
+        crate::layer::VerifyingReader::new(reader, &format!("{what} {digest}"), digest, Some(size))
+    }
+}
+
+/// One blob download: what to fetch, from where, and how often to try.
+struct BlobTask {
+    client: Client,
+    auth: RegistryAuth,
+    reference: ImageRef,
+    desc: OciDescriptor,
+    size: u64,
+    options: RegistryOptions,
+    registry: String,
+    what: String,
 }
 
 impl BlobTask {
-    pub(super) async fn run(
-        self,
-        tx: tokio::sync::mpsc::Sender<std::result::Result<Bytes, Error>>,
-    ) {
+    async fn run(self, tx: tokio::sync::mpsc::Sender<std::result::Result<Bytes, Error>>) {
         let oci = self.reference.as_oci().clone();
         self.client
             .store_auth_if_needed(oci.resolve_registry(), &self.auth)
@@ -155,9 +193,9 @@ impl BlobTask {
 }
 
 /// A blocking reader over the download task's channel.
-pub(super) struct ChannelReader {
-    pub(super) rx: tokio::sync::mpsc::Receiver<std::result::Result<Bytes, Error>>,
-    pub(super) current: Bytes,
+struct ChannelReader {
+    rx: tokio::sync::mpsc::Receiver<std::result::Result<Bytes, Error>>,
+    current: Bytes,
 }
 
 impl Read for ChannelReader {

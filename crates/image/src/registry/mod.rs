@@ -9,10 +9,8 @@
 use std::io::Read;
 use std::time::Duration;
 
-use bytes::Bytes;
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::errors::OciDistributionError;
-use oci_client::manifest::OciDescriptor;
 use oci_client::secrets::RegistryAuth;
 use oci_client::Client;
 
@@ -24,7 +22,7 @@ mod blob;
 mod errors;
 mod proxy;
 
-use blob::{BlobTask, ChannelReader};
+pub use blob::BlobFetcher;
 use errors::{annotate_attempts, classify, Transience};
 
 /// Manifest media types berth accepts.
@@ -107,7 +105,7 @@ impl Registry {
             ))
         })?;
         let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
+            .worker_threads(2)
             .thread_name("berth-http")
             .enable_all()
             .build()
@@ -226,32 +224,20 @@ impl Registry {
         size: u64,
         what: &str,
     ) -> Result<impl Read + Send + 'static> {
-        let (tx, rx) = tokio::sync::mpsc::channel::<std::result::Result<Bytes, Error>>(64);
-        let task = BlobTask {
+        Ok(self.fetcher(reference).blob(digest, size, what))
+    }
+
+    /// A handle that fetches `reference`'s blobs from any thread, for
+    /// parallel downloads; valid while this client lives.
+    pub fn fetcher(&self, reference: &ImageRef) -> BlobFetcher {
+        BlobFetcher {
             client: self.client.clone(),
             auth: self.auth.clone(),
+            runtime: self.rt.handle().clone(),
             reference: reference.clone(),
-            desc: OciDescriptor {
-                digest: digest.to_string(),
-                size: size as i64,
-                ..OciDescriptor::default()
-            },
-            size,
             options: self.options.clone(),
             registry: self.registry.clone(),
-            what: what.to_string(),
-        };
-        self.rt.spawn(async move { task.run(tx).await });
-        let reader = ChannelReader {
-            rx,
-            current: Bytes::new(),
-        };
-        Ok(crate::layer::VerifyingReader::new(
-            reader,
-            &format!("{what} {digest}"),
-            digest,
-            Some(size),
-        ))
+        }
     }
 
     /// Checks that the credentials work (for `berth login`). On a token

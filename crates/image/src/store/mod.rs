@@ -31,6 +31,7 @@
 
 pub mod blobs;
 pub mod build_cache;
+pub mod layer_cache;
 mod locks;
 mod lookup;
 pub mod prune;
@@ -127,6 +128,11 @@ impl Store {
     /// Where the blob directory is: `STORE/blobs`.
     pub fn blobs_dir(&self) -> PathBuf {
         self.root.join("blobs")
+    }
+
+    /// The layer cache, `STORE/layers/sha256` (created if missing).
+    pub fn layer_cache(&self) -> Result<layer_cache::LayerCache> {
+        layer_cache::LayerCache::new(&self.root)
     }
 
     /// Where the build cache is: `STORE/build-cache`.

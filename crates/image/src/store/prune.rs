@@ -41,6 +41,10 @@ pub struct Pruned {
     pub blobs: usize,
     /// Their size in bytes.
     pub blob_bytes: u64,
+    /// How many layer-cache blobs no stored image listed.
+    pub cached_layers: usize,
+    /// Their size in bytes.
+    pub cached_layer_bytes: u64,
     /// How many build-cache entries went with their layers.
     pub cache_entries: usize,
     /// Why blobs and the build cache were left as they were, when they
@@ -74,6 +78,7 @@ impl Store {
         match self.needed_blobs() {
             Ok(needed) => {
                 self.collect_blobs(&needed, &mut pruned)?;
+                self.collect_layer_cache(&needed, &mut pruned)?;
                 self.collect_build_cache(&mut pruned)?;
             }
             Err(why) => pruned.blobs_kept_because = Some(why),
@@ -150,6 +155,22 @@ impl Store {
             if is_blob {
                 pruned.blobs += 1;
                 pruned.blob_bytes += size;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the layer-cache blobs no stored image lists (a pull that
+    /// reads one has it open and reads on).
+    fn collect_layer_cache(&self, needed: &BTreeSet<String>, pruned: &mut Pruned) -> Result<()> {
+        if !self.root.join(super::layer_cache::LAYERS_DIR).is_dir() {
+            return Ok(());
+        }
+        let cache = self.layer_cache()?;
+        for entry in cache.entries()? {
+            if !needed.contains(&entry.digest) && cache.remove(&entry.digest) {
+                pruned.cached_layers += 1;
+                pruned.cached_layer_bytes += entry.size;
             }
         }
         Ok(())

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Every benchmark of berth against its peers, in one command:
 #
-#   sudo bench/run.sh [--only pull,start,settings,pynamic,fileaccess,ranks,inject,mpi,slurm,build,save]
+#   sudo bench/run.sh [--only pull,start,settings,pynamic,fileaccess,ranks,inject,mpi,slurm,build,save,layers]
 #                     [--smoke] [--bin-dir DIR] [--no-report]
 #
 # Builds berth, latencyfs and bench-report (cargo build --release) unless
@@ -15,7 +15,7 @@
 # to bench/results/smoke-report/ instead of docs/.
 set -Eeuo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ALL=(pull start settings pynamic fileaccess ranks inject mpi slurm build save)
+ALL=(pull start settings pynamic fileaccess ranks inject mpi slurm build save layers)
 ONLY=("${ALL[@]}")
 SMOKE=()
 BIN_DIR=
@@ -37,6 +37,7 @@ script_of() {
         pynamic) echo pynamic.sh ;; fileaccess) echo fileaccess.sh ;; ranks) echo ranks.sh ;;
         inject) echo inject.sh ;; mpi) echo mpi.sh ;; slurm) echo slurm.sh ;; build) echo build.sh ;;
         save) echo save.sh ;;
+        layers) echo layers.sh ;;
         *) return 1 ;;
     esac
 }

@@ -66,8 +66,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def upstream(self, method):
         conn = http.client.HTTPConnection(ARGS.upstream, timeout=60)
-        headers = {k: v for k, v in self.headers.items()
-                   if k.lower() not in ("host", "authorization", "connection")}
+        headers = {}
+        for k, v in self.headers.items():
+            if k.lower() not in ("host", "authorization", "connection"):
+                # Repeated headers (podman sends one Accept per media type)
+                # are joined, as HTTP allows.
+                headers[k] = f"{headers[k]}, {v}" if k in headers else v
         conn.request(method, self.path, headers=headers)
         resp = conn.getresponse()
         body = resp.read()

@@ -4,6 +4,7 @@
 pub mod build;
 pub mod fileaccess;
 pub mod inject;
+pub mod layers;
 pub mod mpi;
 pub mod pull;
 pub mod pynamic;
@@ -143,6 +144,13 @@ pub const ALL: &[Benchmark] = &[
         prefix: "build-",
         accept: build::accept,
         render: build::render,
+    },
+    Benchmark {
+        name: "layers",
+        script: "bench/layers.sh",
+        prefix: "layers-",
+        accept: layers::accept,
+        render: layers::render,
     },
     Benchmark {
         name: "save",

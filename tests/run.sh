@@ -45,6 +45,17 @@ awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += 
      END { printf "tests: %d passed, %d failed, %d ignored\n", p, f, n }' "$log"
 rm -f "$log"
 
+# The Debian package, built from this build, installed and used as a site
+# would (berth doctor, a pull and a run as the test user, the plugin from
+# its installed path under Slurm), then purged.
+echo "== the .deb package (tests/package.sh)"
+if bash tests/package.sh target/debug; then
+    echo "package: ok"
+else
+    echo "package: failed"
+    status=1
+fi
+
 # The fuzz targets, briefly (tests/fuzz.sh: 10 s each; the reliability
 # run gives them longer). BERTH_SKIP_FUZZ=1 skips it.
 if [[ ${BERTH_SKIP_FUZZ:-0} != 1 ]]; then

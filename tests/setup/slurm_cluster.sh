@@ -6,7 +6,9 @@
 #
 #   slurm_cluster.sh up DIR [NODES]    start (default 3 nodes); prints SLURM_CONF=...
 #                                      (with BERTH_SPANK_PLUGIN=SO and
-#                                      BERTH_SPANK_BERTH=BIN: berth's plugin too)
+#                                      BERTH_SPANK_BERTH=BIN: berth's plugin too,
+#                                      copied in; BERTH_SPANK_IN_PLACE=1: used
+#                                      where they are)
 #   slurm_cluster.sh down DIR          stop what `up` started, by pid file
 #
 # Clients (also unprivileged users) need SLURM_CONF=DIR/slurm.conf.
@@ -106,10 +108,17 @@ CONF
     # epilog). "required": a failing option or pull stops the step.
     install -d -m 0755 "$DIR/plugin"
     if [[ -n ${BERTH_SPANK_PLUGIN:-} ]]; then
-        install -m 0755 "$BERTH_SPANK_PLUGIN" "$DIR/plugin/libberth_spank.so"
-        install -m 0755 "${BERTH_SPANK_BERTH:?BERTH_SPANK_BERTH names the berth binary}" "$DIR/plugin/berth"
-        echo "required $DIR/plugin/libberth_spank.so berth=$DIR/plugin/berth named_linger=600 batch_modules=slurm" \
-            > "$DIR/plugstack.conf"
+        so=$DIR/plugin/libberth_spank.so
+        bin=$DIR/plugin/berth
+        if [[ -n ${BERTH_SPANK_IN_PLACE:-} ]]; then
+            # Where a package installed them (tests/package.sh).
+            so=$BERTH_SPANK_PLUGIN
+            bin=${BERTH_SPANK_BERTH:?BERTH_SPANK_BERTH names the berth binary}
+        else
+            install -m 0755 "$BERTH_SPANK_PLUGIN" "$so"
+            install -m 0755 "${BERTH_SPANK_BERTH:?BERTH_SPANK_BERTH names the berth binary}" "$bin"
+        fi
+        echo "required $so berth=$bin named_linger=600 batch_modules=slurm" > "$DIR/plugstack.conf"
         log "berth SPANK plugin installed from $BERTH_SPANK_PLUGIN"
     else
         echo "# no plugins (slurm_cluster.sh up with BERTH_SPANK_PLUGIN adds berth's)" > "$DIR/plugstack.conf"

@@ -2,7 +2,7 @@
 # Many-layer pulls: parallel downloads and the layer cache, berth against
 # rootless podman.
 #
-# The image (bench/lib/many_layers.py) has LAYERS layers, all but the first
+# The image (tests/setup/many_layers.py) has LAYERS layers, all but the first
 # MIB MiB of incompressible data, with two tags: v1, and v2 whose last layer
 # is new (a new release of an NGC image shares most of its layers with the
 # old one). It is served from the loopback registry through the
@@ -19,6 +19,9 @@
 #   update  v2 into storage that holds v1 (pulled untimed, from the
 #           registry directly): berth (its layer cache) and podman (its
 #           layer store) fetch only the new layer
+#   big     an image of one big layer (BIG MiB, over a small base) into
+#           empty storage: berth fetches it in parts (range requests on
+#           its spare connections), serial berth and podman in one piece
 #
 # Usage (as root):  bench/layers.sh [--runs N] [--smoke] [--layers N]
 #                   [--layer-mib M] [--rate-mib R]     see --help
@@ -37,6 +40,7 @@ RUNS=5
 SMOKE=0
 LAYERS=8
 LAYER_MIB=24
+BIG_MIB=192
 RATE_MIB=25
 
 usage() {
@@ -44,9 +48,10 @@ usage() {
 usage: $0 [options]    (run as root)
 
   --runs N          measured rounds (default $RUNS)
-  --smoke           1 round, 3 layers of 4 MiB (for CI)
+  --smoke           1 round, 3 layers of 4 MiB and one of 72 MiB (for CI)
   --layers N        layers of the image (default $LAYERS)
   --layer-mib M     MiB of each data layer (default $LAYER_MIB)
+  --big-mib M       MiB of the one-big-layer image's layer (default $BIG_MIB)
   --rate-mib R      MiB/s of each connection through the proxy (default $RATE_MIB)
   --berth PATH      berth binary (default target/release/berth)
   --registry H:P    loopback registry (default $REGISTRY)
@@ -57,11 +62,12 @@ EOF
 }
 
 bench_options --runs=RUNS --smoke:SMOKE=1 --layers=LAYERS --layer-mib=LAYER_MIB \
-    --rate-mib=RATE_MIB common -- "$@"
-if ((SMOKE)); then RUNS=1; LAYERS=3; LAYER_MIB=4; fi
+    --big-mib=BIG_MIB --rate-mib=RATE_MIB common -- "$@"
+if ((SMOKE)); then RUNS=1; LAYERS=3; LAYER_MIB=4; BIG_MIB=72; fi
 bench_int --runs "$RUNS"
 bench_int --layers "$LAYERS"
 bench_int --layer-mib "$LAYER_MIB"
+bench_int --big-mib "$BIG_MIB"
 bench_int --rate-mib "$RATE_MIB"
 ((LAYERS >= 2)) || die "--layers must be at least 2"
 
@@ -71,18 +77,24 @@ install_packages podman catatonit uidmap fuse-overlayfs skopeo squashfs-tools-ng
 bench_user_setup
 ensure_registry
 
-# The image, once per shape.
-LAYOUT=$WORK/layers-image/$LAYERS-$LAYER_MIB
+# The images, once per shape: many layers, and one big layer.
+# image LAYERS MIB: writes and pushes bench/layers-LAYERS-MIB:v1 and :v2.
+image() {
+    local layout=$WORK/layers-image/$1-$2 tag
+    if [[ ! -e $layout/index.json ]]; then
+        log "writing the $1-layer image ($2 MiB a layer) to $layout"
+        rm -rf "$layout"
+        python3 "$REPO_ROOT/tests/setup/many_layers.py" "$layout" "$1" "$2"
+    fi
+    for tag in v1 v2; do
+        skopeo copy --quiet --insecure-policy --dest-tls-verify=false \
+            "oci:$layout:$tag" "docker://$REGISTRY/bench/layers-$1-$2:$tag"
+    done
+}
+image "$LAYERS" "$LAYER_MIB"
+image 2 "$BIG_MIB"
 REPO=bench/layers-$LAYERS-$LAYER_MIB
-if [[ ! -e $LAYOUT/index.json ]]; then
-    log "writing the $LAYERS-layer image ($LAYER_MIB MiB a layer) to $LAYOUT"
-    rm -rf "$LAYOUT"
-    python3 "$HERE/lib/many_layers.py" "$LAYOUT" "$LAYERS" "$LAYER_MIB"
-fi
-for tag in v1 v2; do
-    skopeo copy --quiet --insecure-policy --dest-tls-verify=false \
-        "oci:$LAYOUT:$tag" "docker://$REGISTRY/$REPO:$tag"
-done
+BIG_REPO=bench/layers-2-$BIG_MIB
 
 # The bandwidth-limiting proxy.
 PROXY_DIR=$WORK/layers-proxy
@@ -96,6 +108,7 @@ trap 'kill "$PROXY_PID" 2>/dev/null || true; stop_podman_pause' EXIT
 for _ in $(seq 100); do [[ -s $PROXY_DIR/port ]] && break; sleep 0.1; done
 [[ -s $PROXY_DIR/port ]] || die "the proxy did not start"
 SLOW=127.0.0.1:$(cat "$PROXY_DIR/port")/$REPO
+BIG=127.0.0.1:$(cat "$PROXY_DIR/port")/$BIG_REPO
 DIRECT=$REGISTRY/$REPO
 
 install -d -m 0755 "$WORK/bin"
@@ -139,10 +152,14 @@ timed() {
         cold-podman) podman_pull "$SLOW:v1" ;;
         update-berth) berth_pull "$PARALLEL_CONF" "$SLOW:v2" ;;
         update-podman) podman_pull "$SLOW:v2" ;;
+        big-berth) berth_pull "$PARALLEL_CONF" "$BIG:v1" ;;
+        big-berth-serial) berth_pull "$SERIAL_CONF" "$BIG:v1" ;;
+        big-podman) podman_pull "$BIG:v1" ;;
     esac
 }
 
-CASES=(cold-berth cold-berth-serial cold-podman update-berth update-podman)
+CASES=(cold-berth cold-berth-serial cold-podman update-berth update-podman
+       big-berth big-berth-serial big-podman)
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 RAW=$WORK/logs/layers-$STAMP.tsv
 mkdir -p "$WORK/logs"
@@ -165,10 +182,10 @@ done
 rm -rf "${RUNDIR:?}"
 
 mkdir -p "$RESULTS"
-python3 - "$RAW" "$RESULTS/layers-$STAMP.json" "$LAYERS" "$LAYER_MIB" "$RATE_MIB" "$RUNS" \
+python3 - "$RAW" "$RESULTS/layers-$STAMP.json" "$LAYERS" "$LAYER_MIB" "$BIG_MIB" "$RATE_MIB" "$RUNS" \
     "$SMOKE" "$(version_of podman --version)" "$(git_describe)" "$(uname -r)" "$(nproc)" <<'EOF'
 import json, statistics, sys
-raw, out, layers, mib, rate, runs, smoke, podman, git, kernel, cpus = sys.argv[1:]
+raw, out, layers, mib, big, rate, runs, smoke, podman, git, kernel, cpus = sys.argv[1:]
 times = {}
 for line in open(raw):
     rnd, case, status, secs = line.rstrip("\n").split("\t")
@@ -176,7 +193,7 @@ for line in open(raw):
         times.setdefault(case, []).append(float(secs))
 summary = {c: {"median": statistics.median(v), "min": min(v), "max": max(v), "samples": v}
            for c, v in times.items()}
-result = {"benchmark": "layers", "layers": int(layers), "layer_mib": int(mib),
+result = {"benchmark": "layers", "layers": int(layers), "layer_mib": int(mib), "big_mib": int(big),
           "rate_mib_per_connection": int(rate), "runs": int(runs), "smoke": smoke == "1",
           "versions": {"podman": podman}, "git": git,
           "host": {"kernel": kernel, "cpus": int(cpus)}, "summary": summary}

@@ -16,6 +16,8 @@ KIND (applied to blob GETs, the first N of them; N=0: all):
   stall      send the headers, then nothing for --stall seconds (slow loris)
   throttle   send the body at --rate bytes per second (each response on
              its own: a CDN's per-connection limit), for the benchmarks
+  norange    forward without the Range header (a registry that ignores
+             range requests: the whole blob, 200)
   slow       wait --stall seconds, then answer; its log line ends with
              active=N, the blob GETs in flight then (how many a client
              fetches at once)
@@ -64,11 +66,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):
         pass
 
-    def upstream(self, method):
+    def upstream(self, method, drop=()):
         conn = http.client.HTTPConnection(ARGS.upstream, timeout=60)
         headers = {}
         for k, v in self.headers.items():
-            if k.lower() not in ("host", "authorization", "connection"):
+            if k.lower() not in ("host", "authorization", "connection", *drop):
                 # Repeated headers (podman sends one Accept per media type)
                 # are joined, as HTTP allows.
                 headers[k] = f"{headers[k]}, {v}" if k in headers else v
@@ -114,11 +116,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
             resp, body = self.upstream(method)
             self.send(resp.status, resp.getheaders(), body)
             return
+        if fault == "norange":
+            note(f"norange {method} {self.path} range={self.headers.get('Range', '-')}")
+            resp, body = self.upstream(method, drop=("range",))
+            self.send(resp.status, resp.getheaders(), body)
+            return
         if fault == "slow":
             with LOCK:
                 ACTIVE[0] += 1
                 active = ACTIVE[0]
-            note(f"slow {method} {self.path} active={active}")
+            note(f"slow {method} {self.path} range={self.headers.get('Range', '-')} active={active}")
             try:
                 time.sleep(ARGS.stall)
                 resp, body = self.upstream(method)
@@ -187,7 +194,7 @@ def main():
     p.add_argument("--upstream", required=True)
     p.add_argument("--fault", required=True,
                    choices=["none", "status500", "status503", "reset", "truncate", "corrupt", "stall", "slow",
-                            "throttle", "auth401"])
+                            "norange", "throttle", "auth401"])
     p.add_argument("--count", type=int, default=1)
     p.add_argument("--stall", type=float, default=30.0)
     p.add_argument("--rate", type=float, default=25 * 1024 * 1024)

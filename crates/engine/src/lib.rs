@@ -210,7 +210,7 @@ pub fn prepare(
             .collect();
         if !own.is_empty() {
             plan.warnings.push(format!(
-                "ignoring the mounts of this run ({}): it joins the running container {}, whose mounts stay as they are",
+                "ignoring --container-mounts/-v ({}) when attaching to the running container {}: its mounts stay as they are",
                 own.join(", "),
                 info.key
             ));

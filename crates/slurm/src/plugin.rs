@@ -179,9 +179,12 @@ impl BerthPlugin {
             }
         };
         if !out.status.success() {
-            return Err(fail(format!(
-                "berth: cannot {what} image {image} for this job (the reason is above)"
-            )));
+            // Pyxis's words for a failed pull, which job scripts look for.
+            return Err(fail(if what == "pull" {
+                format!("berth: failed to import docker image {image}: cannot pull it for this job (the reason is above)")
+            } else {
+                format!("berth: cannot find image {image} for this job (the reason is above)")
+            }));
         }
         let text = String::from_utf8_lossy(&out.stdout);
         let id = if what == "pull" {

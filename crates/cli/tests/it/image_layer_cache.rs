@@ -251,3 +251,89 @@ fn connections_cache_opt_out_and_size_cap() {
     assert_ne!(out.code(), 0);
     assert!(out.stderr().contains("max_size"), "{}", out.stderr());
 }
+
+/// Writes a two-layer image whose second layer is `mib` MiB of random
+/// data (tests/setup/many_layers.py) and pushes it to the test registry
+/// as `berth-test/NAME:v1`.
+fn push_big_image(sb: &Sandbox, name: &str, mib: u32) {
+    let layout = sb.dir.path().join(format!("layout-{name}"));
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/setup/many_layers.py");
+    let ok = std::process::Command::new("python3")
+        .arg(script)
+        .arg(&layout)
+        .args(["2", &mib.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "many_layers.py failed");
+    let ok = std::process::Command::new("skopeo")
+        .args(["copy", "-q", "--insecure-policy", "--dest-tls-verify=false"])
+        .arg(format!("oci:{}:v1", layout.display()))
+        .arg(format!("docker://{}/berth-test/{name}:v1", sb.env.anon()))
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "skopeo copy failed");
+}
+
+#[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
+fn a_big_layer_comes_in_parts_or_whole_where_ranges_are_ignored() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    config(&sb, "max_connections = 4\n");
+    let name = format!("big-layer-{}", std::process::id());
+    push_big_image(&sb, &name, 80);
+    let image = |proxy: &Proxy| format!("127.0.0.1:{}/berth-test/{name}:v1", proxy.port);
+    let direct = format!("{}/berth-test/{name}:v1", env.anon());
+    // A pull into a store of its own; the image id.
+    let pull = |s: &str, image: &str| {
+        sb.run(&["--store", s, "pull", "-q", "--tls-verify=false", image])
+            .ok()
+            .stdout()
+    };
+    let want = pull(&store(&sb, "direct"), &direct);
+
+    // 80 MiB with 4 connections: two parts of 40 MiB, fetched at once
+    // with range requests; the same image.
+    let proxy = Proxy::start_stalling(&sb, "slow", 0, 0.3);
+    let parts = store(&sb, "parts");
+    let got = pull(&parts, &image(&proxy));
+    assert_eq!(got, want);
+    let big = layers_of(&sb, &parts, &image(&proxy))
+        .into_iter()
+        .find(|d| {
+            fs::metadata(PathBuf::from(&parts).join(CACHE).join(&d[7..]))
+                .is_ok_and(|m| m.len() > 64 << 20)
+        })
+        .expect("the big layer is cached whole");
+    let ranged: Vec<String> = proxy
+        .lines()
+        .into_iter()
+        .filter(|l| l.contains(&big) && l.contains("range=bytes="))
+        .collect();
+    assert_eq!(ranged.len(), 2, "{:?}", proxy.lines());
+    assert!(most_at_once(&proxy) >= 2, "{:?}", proxy.lines());
+    sb.run(&["--store", &parts, "check"]).ok();
+    tmp_is_empty(&parts);
+
+    // A registry that ignores ranges: the layer in one piece, the same image.
+    let proxy = Proxy::start(&sb, "norange", 0);
+    let whole = store(&sb, "whole");
+    let got = pull(&whole, &image(&proxy));
+    assert_eq!(got, want);
+    assert!(
+        proxy
+            .lines()
+            .iter()
+            .any(|l| l.contains(&big) && l.contains("range=-")),
+        "no whole download after the ignored ranges: {:?}",
+        proxy.lines()
+    );
+    sb.run(&["--store", &whole, "check"]).ok();
+    tmp_is_empty(&whole);
+}

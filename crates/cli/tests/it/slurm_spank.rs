@@ -318,7 +318,7 @@ fn spank_errors_reach_srun_and_stop_the_step() {
         ("--container-mounts=relative:/x", "use a path"),
         (
             "--container-image=not-in-store",
-            "cannot pull image not-in-store",
+            "failed to import docker image not-in-store",
         ),
     ] {
         let img = image(&sb, "debian-python");

@@ -30,10 +30,50 @@ pub struct BlobFetcher {
 }
 
 impl BlobFetcher {
+    /// The registry's host, for messages.
+    pub fn registry(&self) -> &str {
+        &self.registry
+    }
+
     /// Streams the blob `digest`, resuming with HTTP ranges after
     /// transient failures. The reader verifies size and digest and fails
     /// at the end on a mismatch; `what` names the blob in errors.
     pub fn blob(&self, digest: &str, size: u64, what: &str) -> impl Read + Send + 'static {
+        let reader = self.spawn(digest, size, (0, size), None, what.to_string());
+        crate::layer::VerifyingReader::new(reader, &format!("{what} {digest}"), digest, Some(size))
+    }
+
+    /// Streams bytes `start..end` of the blob `digest` (of `size` bytes)
+    /// with an HTTP range request, resuming after transient failures; the
+    /// caller verifies the whole blob. A registry that answers a range
+    /// request with the whole blob sets `ranges_ignored` and ends the
+    /// stream with [`Error::Cancelled`].
+    pub fn range(
+        &self,
+        digest: &str,
+        size: u64,
+        (start, end): (u64, u64),
+        ranges_ignored: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> impl Read + Send + 'static {
+        let what = format!("layer {digest} bytes {start}-{end}");
+        self.spawn(
+            digest,
+            size,
+            (start, end.min(size)),
+            Some(ranges_ignored),
+            what,
+        )
+    }
+
+    /// Starts the download task of `range` of a blob; its reader.
+    fn spawn(
+        &self,
+        digest: &str,
+        size: u64,
+        (start, end): (u64, u64),
+        ranges_ignored: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+        what: String,
+    ) -> ChannelReader {
         let (tx, rx) = tokio::sync::mpsc::channel::<std::result::Result<Bytes, Error>>(64);
         let task = BlobTask {
             client: self.client.clone(),
@@ -45,16 +85,18 @@ impl BlobFetcher {
                 ..OciDescriptor::default()
             },
             size,
+            start,
+            end,
+            ranges_ignored,
             options: self.options.clone(),
             registry: self.registry.clone(),
-            what: what.to_string(),
+            what,
         };
         self.runtime.spawn(async move { task.run(tx).await });
-        let reader = ChannelReader {
+        ChannelReader {
             rx,
             current: Bytes::new(),
-        };
-        crate::layer::VerifyingReader::new(reader, &format!("{what} {digest}"), digest, Some(size))
+        }
     }
 }
 
@@ -65,6 +107,11 @@ struct BlobTask {
     reference: ImageRef,
     desc: OciDescriptor,
     size: u64,
+    /// The bytes wanted: `start..end` (`0..size` for the whole blob).
+    start: u64,
+    end: u64,
+    /// Set when a range request got the whole blob (a ranged part only).
+    ranges_ignored: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
     options: RegistryOptions,
     registry: String,
     what: String,
@@ -76,14 +123,18 @@ impl BlobTask {
         self.client
             .store_auth_if_needed(oci.resolve_registry(), &self.auth)
             .await;
-        let mut offset: u64 = 0;
+        let mut offset: u64 = self.start;
         let mut attempt = 1;
         let mut reauthed = false;
         let mut delay = self.options.backoff;
-        let name = format!("{} {}", self.what, self.desc.digest);
+        let name = if self.ranges_ignored.is_some() {
+            self.what.clone()
+        } else {
+            format!("{} {}", self.what, self.desc.digest)
+        };
         'retry: loop {
             let failure: (Transience, Error) = 'attempt: {
-                let stream = if offset == 0 {
+                let stream = if offset == 0 && self.end == self.size {
                     self.client
                         .pull_blob_stream(&oci, &self.desc)
                         .await
@@ -91,15 +142,17 @@ impl BlobTask {
                 } else {
                     match self
                         .client
-                        .pull_blob_stream_partial(
-                            &oci,
-                            &self.desc,
-                            offset,
-                            Some(self.size - offset),
-                        )
+                        .pull_blob_stream_partial(&oci, &self.desc, offset, Some(self.end - offset))
                         .await
                     {
                         Ok(BlobResponse::Partial(s)) => Ok((s, 0)),
+                        Ok(BlobResponse::Full(_)) if self.ranges_ignored.is_some() => {
+                            if let Some(flag) = &self.ranges_ignored {
+                                flag.store(true, std::sync::atomic::Ordering::Relaxed);
+                            }
+                            let _ = tx.send(Err(Error::Cancelled)).await;
+                            return;
+                        }
                         // The registry ignored the range: skip what we have.
                         Ok(BlobResponse::Full(s)) => Ok((s, offset)),
                         Err(e) => Err(e),
@@ -129,11 +182,17 @@ impl BlobTask {
                                     continue;
                                 }
                             }
+                            if offset + bytes.len() as u64 > self.end {
+                                bytes = bytes.slice(..(self.end - offset) as usize);
+                            }
                             offset += bytes.len() as u64;
                             attempt = 1;
                             delay = self.options.backoff;
                             if tx.send(Ok(bytes)).await.is_err() {
                                 return; // The reader went away.
+                            }
+                            if offset >= self.end {
+                                return; // The part is complete.
                             }
                         }
                         Err(e) => {
@@ -144,7 +203,7 @@ impl BlobTask {
                             // ends: a body that ended short (a truncated
                             // response) is incomplete, not wrong, and the
                             // rest is fetched with a range request.
-                            if is_digest && offset >= self.size {
+                            if is_digest && offset >= self.end {
                                 break 'attempt (
                                     Transience::Permanent,
                                     Error::Integrity {
@@ -165,7 +224,7 @@ impl BlobTask {
                         }
                     }
                 }
-                if offset >= self.size {
+                if offset >= self.end {
                     return; // Complete; the reader checks the digest.
                 }
                 (
@@ -174,7 +233,7 @@ impl BlobTask {
                         registry: self.registry.clone(),
                         detail: format!(
                             "{name}: the registry closed the connection after {offset} of {} bytes",
-                            self.size
+                            self.end
                         ),
                     },
                 )

@@ -15,6 +15,15 @@ const CASES: &[(&str, &str)] = &[
     ("cold-podman", "podman pull, empty storage"),
     ("update-berth", "berth pull of the next tag (layer cache)"),
     ("update-podman", "podman pull of the next tag"),
+    (
+        "big-berth",
+        "one big layer: berth pull (range requests in parts)",
+    ),
+    (
+        "big-berth-serial",
+        "one big layer: berth pull, 1 connection",
+    ),
+    ("big-podman", "one big layer: podman pull"),
 ];
 
 /// Renders the many-layer section.
@@ -76,6 +85,15 @@ pub fn render(f: &ResultFile) -> Result<Section, String> {
         ratio("cold-berth", "cold-berth-serial"),
     );
     s.set("layers.update_vs_cold", ratio("update-berth", "cold-berth"));
+    s.set(
+        "layers.big_mib",
+        format!("{}", num(v, "/big_mib").unwrap_or(0.0)),
+    );
+    s.set(
+        "layers.big_vs_serial",
+        ratio("big-berth", "big-berth-serial"),
+    );
+    s.set("layers.big_vs_podman", ratio("big-berth", "big-podman"));
     Ok(s)
 }
 

@@ -14,7 +14,7 @@
 //! stays on the flattener's side ([`crate::pipeline`]).
 
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -26,6 +26,8 @@ use crate::pipeline::{LayerDesc, LayerSource};
 use crate::registry::BlobFetcher;
 use crate::store::layer_cache::LayerCache;
 use crate::store::{Store, WorkDir};
+
+mod ranged;
 
 /// How a pull downloads its layers.
 #[derive(Debug, Clone)]
@@ -88,6 +90,9 @@ struct Shared {
     /// first, as the flattener reads them).
     queue: Mutex<Vec<usize>>,
     cancel: AtomicBool,
+    /// Connections no download uses: a big layer's download takes some
+    /// for its parts; a thread that ends gives its own.
+    spare: Mutex<usize>,
     /// Download threads still running, to wait for when stopping.
     running: Mutex<usize>,
     stopped: Condvar,
@@ -122,6 +127,7 @@ impl Downloads {
             slots: layers.iter().map(|_| Slot::default()).collect(),
             queue: Mutex::new((0..layers.len()).collect()),
             cancel: AtomicBool::new(false),
+            spare: Mutex::new(0),
             running: Mutex::new(0),
             stopped: Condvar::new(),
             cached: AtomicUsize::new(0),
@@ -150,11 +156,9 @@ impl Downloads {
 
     fn start(&self) {
         self.started.get_or_init(|| {
-            let threads = self
-                .options
-                .connections
-                .clamp(1, 64)
-                .min(self.shared.layers.len());
+            let connections = self.options.connections.clamp(1, 64);
+            let threads = connections.min(self.shared.layers.len());
+            self.shared.give_connections(connections - threads);
             for n in 0..threads {
                 let worker = Worker {
                     shared: self.shared.clone(),
@@ -266,9 +270,25 @@ struct Worker {
     keep: bool,
 }
 
+impl Shared {
+    /// Takes up to `want` spare connections; returns how many.
+    fn take_connections(&self, want: usize) -> usize {
+        let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
+        let n = want.min(*spare);
+        *spare -= n;
+        n
+    }
+
+    /// Gives `n` connections back.
+    fn give_connections(&self, n: usize) {
+        *self.spare.lock().unwrap_or_else(|p| p.into_inner()) += n;
+    }
+}
+
 impl Worker {
     fn run(self) {
         self.download_all();
+        self.shared.give_connections(1);
         *self
             .shared
             .running
@@ -306,7 +326,8 @@ impl Worker {
         }
     }
 
-    /// Downloads layer `index` into the spool, then into the cache.
+    /// Downloads layer `index` into the spool (in parts when it is big and
+    /// connections are free), then into the cache.
     fn download(&self, index: usize, layer: &LayerDesc) -> Result<()> {
         let slot = &self.shared.slots[index];
         let path = self.spool.join(format!("layer-{index}"));
@@ -321,14 +342,66 @@ impl Worker {
             s.file = Some(file.clone());
             s.spool = Some(path.clone());
         });
+        let extra = self
+            .shared
+            .take_connections(ranged::parts_for(layer.size).saturating_sub(1));
+        let whole = if extra > 0 {
+            let parts = ranged::Parts {
+                shared: &self.shared,
+                fetcher: &self.fetcher,
+                index,
+                file: &file,
+                path: &path,
+            };
+            let outcome = parts.download(layer, extra + 1);
+            self.shared.give_connections(extra);
+            match outcome {
+                Ok(ranged::Outcome::Done) => false,
+                Ok(ranged::Outcome::RangesIgnored) => {
+                    tracing::info!(
+                        "the registry ignores range requests: layer {} in one piece",
+                        layer.digest
+                    );
+                    true
+                }
+                Err(e) => return Err(e),
+            }
+        } else {
+            true
+        };
+        if whole {
+            self.download_whole(index, layer, &file, &path)?;
+        }
+        // Verified: digest and size checked at the end of the transfer.
+        if self.keep {
+            match self.cache.insert(&path, &layer.digest) {
+                Ok(()) => slot.update(|s| s.spool = None),
+                Err(e) => tracing::warn!("layer {} not kept in the layer cache: {e}", layer.digest),
+            }
+        }
+        Ok(())
+    }
+
+    /// Downloads layer `index` in one request (resumed with ranges after
+    /// failures), verified as it ends.
+    fn download_whole(
+        &self,
+        index: usize,
+        layer: &LayerDesc,
+        file: &File,
+        path: &std::path::Path,
+    ) -> Result<()> {
+        let slot = &self.shared.slots[index];
+        slot.update(|s| s.written = 0);
         let mut blob = self.fetcher.blob(&layer.digest, layer.size, "layer");
         let mut buf = vec![0u8; 1 << 20];
+        let mut pos = 0u64;
         loop {
             if self.shared.cancel.load(Ordering::Relaxed) {
                 return Err(Error::Cancelled);
             }
             let n = match blob.read(&mut buf) {
-                Ok(0) => break,
+                Ok(0) => return Ok(()),
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
@@ -337,19 +410,11 @@ impl Worker {
                     }))
                 }
             };
-            (&*file)
-                .write_all(&buf[..n])
-                .map_err(|e| Error::store("write", &path, e))?;
-            slot.update(|s| s.written += n as u64);
+            file.write_all_at(&buf[..n], pos)
+                .map_err(|e| Error::store("write", path, e))?;
+            pos += n as u64;
+            slot.update(|s| s.written = pos);
         }
-        // Verified: the reader checked digest and size at its end.
-        if self.keep {
-            match self.cache.insert(&path, &layer.digest) {
-                Ok(()) => slot.update(|s| s.spool = None),
-                Err(e) => tracing::warn!("layer {} not kept in the layer cache: {e}", layer.digest),
-            }
-        }
-        Ok(())
     }
 }
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Writes the many-layer image of bench/layers.sh as an OCI layout.
+"""Writes a many-layer image as an OCI layout (bench/layers.sh; the layer
+cache tests make one big layer with it).
 
   many_layers.py LAYOUT LAYERS MIB
 

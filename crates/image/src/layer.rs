@@ -130,7 +130,7 @@ impl<R: Read> VerifyingReader<R> {
         if got != self.digest {
             return Err(integrity_io(
                 &self.what,
-                format!("expected {}, got {got}", self.digest),
+                format!("digest mismatch: expected {}, got {got}", self.digest),
             ));
         }
         Ok(())

@@ -298,8 +298,8 @@ fn a_big_layer_comes_in_parts_or_whole_where_ranges_are_ignored() {
     };
     let want = pull(&store(&sb, "direct"), &direct);
 
-    // 80 MiB with 4 connections: two parts of 40 MiB, fetched at once
-    // with range requests; the same image.
+    // 80 MiB with 4 connections, the other layer small: parts fetched at
+    // once with range requests; the same image.
     let proxy = Proxy::start_stalling(&sb, "slow", 0, 0.3);
     let parts = store(&sb, "parts");
     let got = pull(&parts, &image(&proxy));
@@ -316,7 +316,7 @@ fn a_big_layer_comes_in_parts_or_whole_where_ranges_are_ignored() {
         .into_iter()
         .filter(|l| l.contains(&big) && l.contains("range=bytes="))
         .collect();
-    assert_eq!(ranged.len(), 2, "{:?}", proxy.lines());
+    assert!(ranged.len() >= 2, "{:?}", proxy.lines());
     assert!(most_at_once(&proxy) >= 2, "{:?}", proxy.lines());
     sb.run(&["--store", &parts, "check"]).ok();
     tmp_is_empty(&parts);

@@ -156,8 +156,14 @@ impl Downloads {
 
     fn start(&self) {
         self.started.get_or_init(|| {
+            // Cached layers first: they need no thread, and the layers to
+            // download get every connection (a big one in parts).
+            let mut queue = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+            queue.retain(|&index| !self.shared.use_cached(index, &self.cache));
+            let missing = queue.len();
+            drop(queue);
             let connections = self.options.connections.clamp(1, 64);
-            let threads = connections.min(self.shared.layers.len());
+            let threads = connections.min(missing);
             self.shared.give_connections(connections - threads);
             for n in 0..threads {
                 let worker = Worker {
@@ -187,7 +193,9 @@ impl Downloads {
                         for slot in &self.shared.slots {
                             let err =
                                 Error::HostTool(format!("cannot start a download thread: {e}"));
-                            slot.update(|s| s.outcome = Some(Err(Some(err))));
+                            slot.update(|s| {
+                                s.outcome.get_or_insert(Err(Some(err)));
+                            });
                         }
                     }
                     break;
@@ -271,6 +279,21 @@ struct Worker {
 }
 
 impl Shared {
+    /// Resolves layer `index` from the layer cache if it is there.
+    fn use_cached(&self, index: usize, cache: &LayerCache) -> bool {
+        let Some(file) = cache.open(&self.layers[index].digest) else {
+            return false;
+        };
+        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+        self.cached.fetch_add(1, Ordering::Relaxed);
+        self.slots[index].update(|s| {
+            s.file = Some(Arc::new(file));
+            s.written = size;
+            s.outcome = Some(Ok(true));
+        });
+        true
+    }
+
     /// Takes up to `want` spare connections; returns how many.
     fn take_connections(&self, want: usize) -> usize {
         let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
@@ -311,14 +334,8 @@ impl Worker {
             let Some(index) = next else { return };
             let slot = &self.shared.slots[index];
             let layer = &self.shared.layers[index];
-            if let Some(file) = self.cache.open(&layer.digest) {
-                let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-                self.shared.cached.fetch_add(1, Ordering::Relaxed);
-                slot.update(|s| {
-                    s.file = Some(Arc::new(file));
-                    s.written = size;
-                    s.outcome = Some(Ok(true));
-                });
+            // Another pull of this store may have brought it meanwhile.
+            if self.shared.use_cached(index, &self.cache) {
                 continue;
             }
             let outcome = self.download(index, layer);

@@ -22,7 +22,7 @@ use crate::pipeline::LayerDesc;
 use crate::registry::BlobFetcher;
 
 /// The smallest part worth its own connection.
-pub(super) const PART_MIN: u64 = 32 << 20;
+pub(super) const PART_MIN: u64 = 8 << 20;
 
 /// The most parts of one layer.
 pub(super) const MAX_PARTS: usize = 8;

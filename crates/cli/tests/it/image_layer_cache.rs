@@ -337,3 +337,66 @@ fn a_big_layer_comes_in_parts_or_whole_where_ranges_are_ignored() {
     sb.run(&["--store", &whole, "check"]).ok();
     tmp_is_empty(&whole);
 }
+
+#[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
+fn a_killed_pull_keeps_the_layers_it_finished() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    config(&sb, "max_connections = 2\n");
+    let proxy = Proxy::start_stalling(&sb, "slow", 0, 1.0);
+    let s = store(&sb, "killed");
+    let image = proxy.image("layers");
+    let mut child = sb
+        .berth(&["--store", &s, "pull", "-q", "--tls-verify=false", &image])
+        .spawn()
+        .unwrap();
+    // Killed once a layer is in the cache, while others are on the way.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while cached(&s).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no layer was cached");
+        assert!(child.try_wait().unwrap().is_none(), "the pull ended first");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let kept = cached(&s);
+    assert!(kept.len() < 4, "the pull had finished: {kept:?}");
+    // Every kept blob is whole: its content has its name.
+    for d in &kept {
+        let bytes = fs::read(PathBuf::from(&s).join(CACHE).join(&d[7..])).unwrap();
+        let hex = sha256_hex(&bytes);
+        assert_eq!(&d[7..], hex, "a partial blob in the cache");
+    }
+    assert!(fs::read_dir(PathBuf::from(&s).join("images"))
+        .unwrap()
+        .next()
+        .is_none());
+
+    // The next pull fetches only what is missing, and leaves nothing behind.
+    let before = fetched(&proxy).len();
+    sb.run(&["--store", &s, "pull", "-q", "--tls-verify=false", &image])
+        .ok();
+    let layers = layers_of(&sb, &s, &image);
+    let again: Vec<String> = fetched(&proxy)[before..]
+        .iter()
+        .filter(|d| layers.contains(*d))
+        .cloned()
+        .collect();
+    assert_eq!(again.len(), 4 - kept.len(), "{again:?} after {kept:?}");
+    assert!(again.iter().all(|d| !kept.contains(d)), "{again:?}");
+    sb.run(&["--store", &s, "check"]).ok();
+    tmp_is_empty(&s);
+}
+
+/// The sha256 of `bytes` in hex.
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}

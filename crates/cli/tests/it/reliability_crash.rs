@@ -42,6 +42,16 @@ fn complete_images_only(sb: &Sandbox, when: &str) {
             "partial image {e} {when}"
         );
     }
+    // The layer cache holds whole blobs only: each file's content has its name.
+    for e in sb.store_entries("layers/sha256") {
+        use sha2::Digest;
+        let bytes = std::fs::read(sb.store().join("layers/sha256").join(&e)).unwrap();
+        let hex: String = sha2::Sha256::digest(&bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(hex, e, "a partial blob in the layer cache {when}");
+    }
 }
 
 #[test]

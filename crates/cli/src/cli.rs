@@ -315,6 +315,9 @@ pub struct RunArgs {
     /// An absolute command missing from the image is looked up by its name in the image's PATH (the Slurm plugin sets it: srun resolves commands on the submit host).
     #[arg(long, hide = true)]
     pub argv0_fallback: bool,
+    /// A missing -w directory is an error instead of created (the Slurm plugin's --container-workdir, as Pyxis).
+    #[arg(long, hide = true)]
+    pub workdir_must_exist: bool,
     /// Run as an environment definition file says (CSCS's EDF, TOML: image, mounts, workdir, writable, entrypoint, [env], [annotations], devices, base_environment): a path, or NAME for NAME.toml in EDF_PATH (else ~/.edf), then the site's directory (see berth environments). Every word after the options is then the command; options given here add to or override the file's.
     #[arg(long, value_name = "NAME|PATH")]
     pub environment: Option<String>,

@@ -292,6 +292,9 @@ pub fn prepare(
             env,
             workdir,
             argv0_fallback: req.argv0_fallback,
+            // Only a directory the user named must exist; the image's
+            // WORKDIR is created where missing, as Docker does.
+            create_workdir: !(req.workdir_must_exist && req.workdir.is_some()),
             seccomp,
             root_emulation,
         },

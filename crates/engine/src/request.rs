@@ -74,6 +74,9 @@ pub struct RunRequest {
     /// Look up a missing absolute command by its base name (the Slurm
     /// plugin's tasks).
     pub argv0_fallback: bool,
+    /// A missing `-w` directory is an error instead of created (the Slurm
+    /// plugin's `--container-workdir`, as Pyxis).
+    pub workdir_must_exist: bool,
 }
 
 /// A shared container to run in.

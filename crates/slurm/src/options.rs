@@ -368,7 +368,14 @@ pub fn berth_argv(
         .as_ref()
         .or(task.cwd.as_ref().filter(|_| batch))
     {
-        Some(w) => a.extend(["-w".into(), w.clone()]),
+        Some(w) => {
+            a.extend(["-w".into(), w.clone()]);
+            // A directory the user named must exist, as in Pyxis; the
+            // job's own directory is created where the image lacks it.
+            if opts.workdir.is_some() {
+                a.push("--workdir-must-exist".into());
+            }
+        }
         None => a.push("--workdir-image".into()),
     }
     for e in &opts.env {

@@ -53,6 +53,7 @@ pub fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
         reuse,
     });
     req.argv0_fallback = args.argv0_fallback;
+    req.workdir_must_exist = args.workdir_must_exist;
     req.env_below_image = args.env_below_image;
     req.workdir_image = args.workdir_image;
     if let Some(name) = &args.environment {

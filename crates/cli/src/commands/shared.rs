@@ -36,6 +36,7 @@ pub fn exec(args: ExecArgs) -> Result<ExitCode> {
         env,
         workdir: args.workdir.unwrap_or(info.workdir),
         argv0_fallback: false,
+        create_workdir: true,
         seccomp: berth_runtime::seccomp::Seccomp::Default,
         root_emulation: if info.mode == berth_runtime::IdMode::FakeRoot {
             berth_runtime::seccomp::RootEmulation::Auto

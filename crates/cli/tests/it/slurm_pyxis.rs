@@ -71,6 +71,14 @@ fn pyxis_environment_and_working_directory() {
     );
     let out = srun(&sb, &wd, &[&img, "--container-workdir=/tmp", "pwd"]).ok();
     assert_eq!(last_line(&out), "/tmp");
+    // A directory that does not exist is an error, as in Pyxis (workdir.bats 3).
+    let out = srun(&sb, &[], &[&img, "--container-workdir=/pyxis", "true"]);
+    assert_ne!(out.code(), 0);
+    assert!(
+        out.stderr().contains("/pyxis") && out.stderr().contains("No such file or directory"),
+        "{}",
+        out.stderr()
+    );
 
     // Under --container-remap-root root's home /root is the user's home
     // (mount_home.bats 1, 3; env.bats 3: HOME from the job).

@@ -55,11 +55,25 @@ pub struct Process {
     /// command on the submit host, where `/usr/bin/python3` may be the
     /// image's `/usr/local/bin/python3`).
     pub argv0_fallback: bool,
+    /// A missing working directory is created (Docker's way); false: it
+    /// is an error (Pyxis's `--container-workdir`).
+    pub create_workdir: bool,
     /// The seccomp filter the command runs under.
     pub seccomp: crate::seccomp::Seccomp,
     /// Root emulation (owner and identity calls faked) for `--fakeroot`.
     #[serde(default)]
     pub root_emulation: crate::seccomp::RootEmulation,
+}
+
+impl Process {
+    /// The working directory to create where missing (`/`: none).
+    pub fn workdir_to_create(&self) -> &str {
+        if self.create_workdir {
+            &self.workdir
+        } else {
+            "/"
+        }
+    }
 }
 
 fn env_strings<S: serde::Serializer>(
@@ -400,7 +414,13 @@ pub fn build(
     if prepared.is_some() {
         let root = lease.stage().join("root");
         let p = &spec.process;
-        rootfs::extend_and_pivot(k, &root, &spec.extra_binds, &p.workdir, hidden.as_deref())?;
+        rootfs::extend_and_pivot(
+            k,
+            &root,
+            &spec.extra_binds,
+            p.workdir_to_create(),
+            hidden.as_deref(),
+        )?;
     } else {
         let (image, stage) = (lease.image_mount(), lease.stage());
         let plan = RootfsPlan {
@@ -417,7 +437,7 @@ pub fn build(
             binds: &spec.binds,
             passwd_line: spec.identity.passwd_line.as_deref(),
             group_line: spec.identity.group_line.as_deref(),
-            workdir: &spec.process.workdir,
+            workdir: spec.process.workdir_to_create(),
             confined: spec.identity.mode == IdMode::HostRoot,
             hidden: hidden.as_deref(),
         };

@@ -28,6 +28,7 @@ fn spec(template: bool, extra: &[&str]) -> RunSpec {
             env: vec![("A".into(), "1".into())],
             workdir: "/".into(),
             argv0_fallback: false,
+            create_workdir: true,
             seccomp: Default::default(),
             root_emulation: Default::default(),
         },

@@ -65,7 +65,7 @@ fn every_option_maps() {
     .join(" ");
     assert_eq!(
         a,
-        "b run --argv0-fallback --env-below-image --shared slurm-42-dev --linger 60 --reuse existing -v /data:/data -v /scratch:/s:ro -v /spool:/spool:ro --tmpfs /t:size=1G -w /work -e A -e B --writable --no-home --fakeroot --gpus 0,1 --mpi --module cxi /usr/bin/hostname -s"
+        "b run --argv0-fallback --env-below-image --shared slurm-42-dev --linger 60 --reuse existing -v /data:/data -v /scratch:/s:ro -v /spool:/spool:ro --tmpfs /t:size=1G -w /work --workdir-must-exist -e A -e B --writable --no-home --fakeroot --gpus 0,1 --mpi --module cxi /usr/bin/hostname -s"
     );
 }
 

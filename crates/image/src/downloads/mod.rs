@@ -51,6 +51,18 @@ impl Default for DownloadOptions {
     }
 }
 
+/// `Mutex::lock` that takes the value of a poisoned lock as it is (a
+/// panicked download thread must not stop the others' reports).
+trait LockOrPoisoned<T> {
+    fn lock_or_poisoned(&self) -> MutexGuard<'_, T>;
+}
+
+impl<T> LockOrPoisoned<T> for Mutex<T> {
+    fn lock_or_poisoned(&self) -> MutexGuard<'_, T> {
+        self.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 /// One layer's download, as far as it got.
 #[derive(Default)]
 struct SlotState {
@@ -73,7 +85,7 @@ struct Slot {
 
 impl Slot {
     fn lock(&self) -> MutexGuard<'_, SlotState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock_or_poisoned()
     }
 
     fn update(&self, f: impl FnOnce(&mut SlotState)) {
@@ -158,7 +170,7 @@ impl Downloads {
         self.started.get_or_init(|| {
             // Cached layers first: they need no thread, and the layers to
             // download get every connection (a big one in parts).
-            let mut queue = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+            let mut queue = self.shared.queue.lock_or_poisoned();
             queue.retain(|&index| !self.shared.use_cached(index, &self.cache));
             let missing = queue.len();
             drop(queue);
@@ -173,20 +185,12 @@ impl Downloads {
                     spool: self.work.path().to_path_buf(),
                     keep: self.options.keep,
                 };
-                *self
-                    .shared
-                    .running
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner()) += 1;
+                *self.shared.running.lock_or_poisoned() += 1;
                 let spawned = std::thread::Builder::new()
                     .name(format!("berth-download-{n}"))
                     .spawn(move || worker.run());
                 if let Err(e) = spawned {
-                    *self
-                        .shared
-                        .running
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner()) -= 1;
+                    *self.shared.running.lock_or_poisoned() -= 1;
                     tracing::warn!("cannot start a download thread: {e}");
                     if n == 0 {
                         // None started: this thread fails every layer.
@@ -215,11 +219,7 @@ impl Drop for Downloads {
         for slot in &self.shared.slots {
             slot.changed.notify_all();
         }
-        let running = self
-            .shared
-            .running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let running = self.shared.running.lock_or_poisoned();
         let _ = self.shared.stopped.wait_timeout_while(
             running,
             std::time::Duration::from_secs(2),
@@ -243,7 +243,6 @@ impl LayerSource for Downloads {
             shared: self.shared.clone(),
             index,
             pos: 0,
-            keep: self.options.keep,
         };
         let cached = {
             let mut state = self.shared.slots[index].lock();
@@ -296,7 +295,7 @@ impl Shared {
 
     /// Takes up to `want` spare connections; returns how many.
     fn take_connections(&self, want: usize) -> usize {
-        let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
+        let mut spare = self.spare.lock_or_poisoned();
         let n = want.min(*spare);
         *spare -= n;
         n
@@ -304,7 +303,7 @@ impl Shared {
 
     /// Gives `n` connections back.
     fn give_connections(&self, n: usize) {
-        *self.spare.lock().unwrap_or_else(|p| p.into_inner()) += n;
+        *self.spare.lock_or_poisoned() += n;
     }
 }
 
@@ -312,11 +311,7 @@ impl Worker {
     fn run(self) {
         self.download_all();
         self.shared.give_connections(1);
-        *self
-            .shared
-            .running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) -= 1;
+        *self.shared.running.lock_or_poisoned() -= 1;
         self.shared.stopped.notify_all();
     }
 
@@ -325,12 +320,7 @@ impl Worker {
             if self.shared.cancel.load(Ordering::Relaxed) {
                 return;
             }
-            let next = self
-                .shared
-                .queue
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .pop();
+            let next = self.shared.queue.lock_or_poisoned().pop();
             let Some(index) = next else { return };
             let slot = &self.shared.slots[index];
             let layer = &self.shared.layers[index];
@@ -440,7 +430,6 @@ struct SlotReader {
     shared: Arc<Shared>,
     index: usize,
     pos: u64,
-    keep: bool,
 }
 
 impl Read for SlotReader {
@@ -457,11 +446,10 @@ impl Read for SlotReader {
             }
             match &mut state.outcome {
                 Some(Ok(_)) => {
-                    if !self.keep {
-                        // Read whole: the spooled copy is not needed.
-                        if let Some(spool) = state.spool.take() {
-                            let _ = std::fs::remove_file(spool);
-                        }
+                    // Read whole: a copy the cache did not take (a spool
+                    // is cleared when the cache takes it) is not needed.
+                    if let Some(spool) = state.spool.take() {
+                        let _ = std::fs::remove_file(spool);
                     }
                     return Ok(0);
                 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use super::Shared;
+use super::{LockOrPoisoned, Shared};
 use crate::error::{Error, Result};
 use crate::layer::from_io;
 use crate::pipeline::LayerDesc;
@@ -85,7 +85,7 @@ impl Parts<'_> {
                 scope.spawn(move || {
                     let result =
                         self.fetch_part(layer, part, range, progress, changed, stop, ignored);
-                    let mut p = progress.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut p = progress.lock_or_poisoned();
                     if let Err(e) = result {
                         if p.failed.is_none() {
                             p.failed = Some(e);
@@ -149,7 +149,7 @@ impl Parts<'_> {
                 .write_all_at(&buf[..n], pos)
                 .map_err(|e| Error::store("write", self.path, e))?;
             pos += n as u64;
-            progress.lock().unwrap_or_else(|p| p.into_inner()).done[part] = pos - start;
+            progress.lock_or_poisoned().done[part] = pos - start;
             changed.notify_all();
         }
         if pos < end {
@@ -180,7 +180,7 @@ impl Parts<'_> {
         let mut buf = vec![0u8; 1 << 20];
         loop {
             let complete = {
-                let mut p = progress.lock().unwrap_or_else(|p| p.into_inner());
+                let mut p = progress.lock_or_poisoned();
                 if let Some(e) = p.failed.take() {
                     return Err(e);
                 }

@@ -10,7 +10,6 @@
 //! first. `berth prune` removes the blobs no stored image lists.
 
 use std::fs::{self, File};
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -48,13 +47,7 @@ impl LayerCache {
     /// (mode 0700) if missing.
     pub fn new(root: &Path) -> Result<Self> {
         let dir = root.join(LAYERS_DIR);
-        if !dir.is_dir() {
-            fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(&dir)
-                .map_err(|e| Error::store("create", &dir, e))?;
-        }
+        super::create_private_dir(&dir)?;
         Ok(Self { dir })
     }
 

@@ -74,6 +74,18 @@ fn now_secs() -> u64 {
         .unwrap_or(0)
 }
 
+/// Creates `dir` and its missing parents, mode 0700, unless it exists.
+pub(crate) fn create_private_dir(dir: &Path) -> Result<()> {
+    if !dir.is_dir() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| Error::store("create", dir, e))?;
+    }
+    Ok(())
+}
+
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
     let mut f = File::create(&tmp).map_err(|e| Error::store("write", &tmp, e))?;
@@ -90,14 +102,7 @@ impl Store {
     /// root) could write is refused; such shared stores are skipped.
     pub fn open(root: &Path, shared: &[PathBuf]) -> Result<Self> {
         for sub in ["", "images", "locks", "tmp"] {
-            let dir = root.join(sub);
-            if !dir.is_dir() {
-                fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(&dir)
-                    .map_err(|e| Error::store("create", &dir, e))?;
-            }
+            create_private_dir(&root.join(sub))?;
         }
         for p in [root.to_path_buf(), root.join("images")] {
             if let Some(why) = distrust_path(&p, false) {

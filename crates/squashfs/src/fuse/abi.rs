@@ -2,6 +2,8 @@
 //! 7.38): opcodes, flags, and the byte layouts of the requests it reads
 //! and the replies it writes (native byte order, as the kernel uses).
 
+use crate::reader::Piece;
+
 /// The protocol's major version.
 pub const MAJOR: u32 = 7;
 /// The minor version this server speaks.
@@ -118,6 +120,9 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
 pub struct Reply {
     /// The bytes so far.
     pub buf: Vec<u8>,
+    /// Data that follows them: pieces of the reader's buffers, handed to
+    /// the kernel as they are (a READ's data, without a copy here).
+    pub tail: Vec<Piece>,
 }
 
 impl Reply {
@@ -127,7 +132,10 @@ impl Reply {
         buf.extend_from_slice(&0u32.to_ne_bytes());
         buf.extend_from_slice(&0i32.to_ne_bytes());
         buf.extend_from_slice(&unique.to_ne_bytes());
-        Reply { buf }
+        Reply {
+            buf,
+            tail: Vec::new(),
+        }
     }
 
     /// A successful reply carrying `data`.
@@ -175,11 +183,19 @@ impl Reply {
         self
     }
 
-    /// The finished reply.
-    pub fn finish(mut self) -> Vec<u8> {
-        let len = self.buf.len() as u32;
-        self.buf[0..4].copy_from_slice(&len.to_ne_bytes());
-        self.buf
+    /// The finished reply as one buffer (its tail copied in).
+    pub fn finish(self) -> Vec<u8> {
+        let (mut head, tail) = self.finish_parts();
+        crate::reader::piece::append(&tail, &mut head);
+        head
+    }
+
+    /// The finished reply as its head (whose length field counts the
+    /// tail too) and its tail, for one vectored write.
+    pub fn finish_parts(mut self) -> (Vec<u8>, Vec<Piece>) {
+        let len = self.buf.len() + self.tail.iter().map(Piece::len).sum::<usize>();
+        self.buf[0..4].copy_from_slice(&(len as u32).to_ne_bytes());
+        (self.buf, self.tail)
     }
 }
 
@@ -198,6 +214,27 @@ mod tests {
         let r = Request::parse(&b).unwrap();
         assert_eq!(r.opcode, op::GETATTR);
         assert!(r.body.is_empty() && r.name(0).is_none());
+    }
+
+    #[test]
+    fn a_tail_counts_in_the_length() {
+        let mut r = Reply::ok(3, 0);
+        r.u32(7);
+        r.tail.push(Piece::Zeros(5));
+        let (head, tail) = r.clone_parts();
+        assert_eq!(u32_at(&head, 0), Some(16 + 4 + 5));
+        assert_eq!(tail.len(), 1);
+        assert_eq!(r.finish().len(), 16 + 4 + 5);
+    }
+
+    impl Reply {
+        fn clone_parts(&self) -> (Vec<u8>, Vec<Piece>) {
+            Reply {
+                buf: self.buf.clone(),
+                tail: self.tail.clone(),
+            }
+            .finish_parts()
+        }
     }
 
     #[test]

@@ -28,10 +28,11 @@ pub mod dev;
 pub mod ops;
 pub mod owners;
 
-use std::io;
+use std::io::{self, IoSlice};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
+use crate::reader::Piece;
 use abi::{init, op, Reply, Request};
 pub use ops::Fs;
 
@@ -81,7 +82,18 @@ fn read_request<'b>(fd: BorrowedFd<'_>, buf: &'b mut [u8]) -> io::Result<Option<
 }
 
 fn write_reply(fd: BorrowedFd<'_>, reply: &[u8]) -> io::Result<()> {
-    match rustix::io::write(fd, reply) {
+    write_parts(fd, reply, &[])
+}
+
+/// Writes a reply's head and its tail of data pieces in one vectored
+/// write: the kernel takes a reply in one write, and copies the pieces
+/// straight from the reader's buffers into the pages being read.
+fn write_parts(fd: BorrowedFd<'_>, head: &[u8], tail: &[Piece]) -> io::Result<()> {
+    let slices: Vec<IoSlice<'_>> = std::iter::once(head)
+        .chain(tail.iter().flat_map(Piece::slices))
+        .map(IoSlice::new)
+        .collect();
+    match rustix::io::writev(fd, &slices) {
         // ENOENT: the request was interrupted meanwhile.
         Ok(_) | Err(rustix::io::Errno::NOENT) => Ok(()),
         Err(e) => Err(e.into()),
@@ -146,8 +158,8 @@ fn serve_on(fs: &Fs, fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<()> {
         if req.opcode == op::DESTROY {
             return Ok(());
         }
-        if let Some(reply) = fs.handle(&req) {
-            write_reply(fd, &reply)?;
+        if let Some((head, tail)) = fs.handle(&req) {
+            write_parts(fd, &head, &tail)?;
         }
     }
     Ok(())

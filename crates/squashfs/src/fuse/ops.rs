@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::abi::{self, op, Reply, Request};
-use crate::reader::{Body, Image, Inode, InodeRef, Kind, Result};
+use crate::reader::{Body, Image, Inode, InodeRef, Kind, Piece, Result};
 
 /// Seconds entries and attributes stay valid: the image never changes.
 /// (Not u64::MAX: the kernel turns the seconds into a signed time.)
@@ -63,8 +63,9 @@ impl Fs {
         }
     }
 
-    /// The reply to `req` (None: the request takes no reply).
-    pub fn handle(&self, req: &Request<'_>) -> Option<Vec<u8>> {
+    /// The reply to `req` as its head and its tail of data pieces (see
+    /// [`Reply::finish_parts`]); None: the request takes no reply.
+    pub fn handle(&self, req: &Request<'_>) -> Option<(Vec<u8>, Vec<Piece>)> {
         let u = req.unique;
         let reply = match req.opcode {
             op::FORGET | op::BATCH_FORGET | op::INTERRUPT => return None,
@@ -83,7 +84,7 @@ impl Fs {
                 }
             },
         };
-        Some(reply.finish())
+        Some(reply.finish_parts())
     }
 
     fn report(&self, req: &Request<'_>, e: &crate::reader::Error) {
@@ -127,9 +128,9 @@ impl Fs {
                     return Ok(Reply::error(u, libc::EISDIR));
                 };
                 let size = (size as usize).min(MAX_READ);
-                let mut out = Reply::ok(u, size);
+                let mut out = Reply::ok(u, 0);
                 self.image
-                    .read_file(r, f, inode.size, offset, size, &mut out.buf)?;
+                    .file_pieces(r, f, inode.size, offset, size, &mut out.tail)?;
                 Ok(out)
             }
             op::READDIR | op::READDIRPLUS => {

@@ -1,12 +1,15 @@
 //! Regular files' data: full blocks (or holes) and the tail end in a
-//! fragment block. Decompressed blocks are cached (bounded): the kernel's
-//! page cache keeps what it read, so this cache mostly serves reads that
-//! cut a block in two and fragment blocks that many small files share.
+//! fragment block, as pieces (see [`super::piece`]). Decompressed blocks
+//! are cached (bounded): the kernel's page cache keeps what it read, so
+//! this cache mostly serves reads that cut a block in two and fragment
+//! blocks that many small files share. Blocks stored uncompressed are not
+//! copied into it: their pieces are the image file's (checked) bytes.
 
 use std::sync::Arc;
 
 use super::error::{corrupt, Result};
 use super::inode::{FileBody, InodeRef};
+use super::piece::{self, Piece};
 use super::Image;
 
 /// Bit 24 of a size word: stored uncompressed.
@@ -82,8 +85,7 @@ impl Image {
         if size > bs {
             return Err(corrupt(format!("a data block of {size} bytes at {pos}")));
         }
-        let mut raw = vec![0; size];
-        self.src.read_at(pos, &mut raw)?;
+        let raw = self.src.read_vec(pos, size)?;
         let data = if word & UNCOMPRESSED != 0 {
             raw
         } else {
@@ -105,6 +107,23 @@ impl Image {
         len: usize,
         out: &mut Vec<u8>,
     ) -> Result<()> {
+        let mut pieces = Vec::new();
+        self.file_pieces(r, f, size, offset, len, &mut pieces)?;
+        piece::append(&pieces, out);
+        Ok(())
+    }
+
+    /// [`Image::read_file`] as pieces appended to `out`, which share the
+    /// reader's buffers instead of copying them.
+    pub fn file_pieces(
+        &self,
+        r: InodeRef,
+        f: &FileBody,
+        size: u64,
+        offset: u64,
+        len: usize,
+        out: &mut Vec<Piece>,
+    ) -> Result<()> {
         let end = size.min(offset.saturating_add(len as u64));
         let bs = u64::from(self.sb.block_size);
         let mut pos = offset;
@@ -121,8 +140,16 @@ impl Image {
             match list.as_ref().filter(|_| i < f.block_count) {
                 Some(list) => {
                     let (bpos, word) = list.block(i as usize);
-                    if word & SIZE_MASK == 0 {
-                        out.resize(out.len() + n, 0);
+                    let stored = (word & SIZE_MASK) as usize;
+                    if stored == 0 {
+                        out.push(Piece::Zeros(n));
+                    } else if word & UNCOMPRESSED != 0 {
+                        if stored != block_len {
+                            return Err(corrupt(format!(
+                                "data block {i} holds {stored} bytes, not {block_len}"
+                            )));
+                        }
+                        self.src.pieces(bpos + at as u64, n, out)?;
                     } else {
                         let b = self.data_block(bpos, word)?;
                         if b.len() != block_len {
@@ -131,7 +158,7 @@ impl Image {
                                 b.len()
                             )));
                         }
-                        out.extend_from_slice(&b[at..at + n]);
+                        out.push(Piece::Shared(b, at..at + n));
                     }
                 }
                 None => {
@@ -140,10 +167,11 @@ impl Image {
                         .ok_or_else(|| corrupt("a file's tail has no fragment"))?;
                     let frag = self.fragment(index)?;
                     let b = self.data_block(frag.start, frag.size)?;
-                    let tail = b
-                        .get(frag_offset as usize..frag_offset as usize + block_len)
-                        .ok_or_else(|| corrupt("a file's tail lies outside its fragment"))?;
-                    out.extend_from_slice(&tail[at..at + n]);
+                    let from = frag_offset as usize;
+                    if b.len() < from + block_len {
+                        return Err(corrupt("a file's tail lies outside its fragment"));
+                    }
+                    out.push(Piece::Shared(b, from + at..from + at + n));
                 }
             }
             pos += n as u64;

@@ -15,6 +15,7 @@ mod inode;
 mod lzo;
 mod metadata;
 mod path;
+pub mod piece;
 mod source;
 pub mod superblock;
 mod tables;
@@ -26,6 +27,7 @@ pub use compress::Compressor;
 pub use dir::{Entry, Listing};
 pub use error::{Error, Result};
 pub use inode::{Body, DirBody, FileBody, Inode, InodeRef, Kind};
+pub use piece::Piece;
 pub use superblock::Superblock;
 
 use cache::Cache;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use super::cache::Cache;
 use super::error::{corrupt, Error, Result};
+use super::piece::Piece;
 use crate::verity::Table;
 
 /// Checked chunks kept (bytes): reads of the same chunk are then served
@@ -69,14 +70,7 @@ impl Source {
     /// if they are not all inside the image, or (verified) do not match
     /// their hashes.
     pub fn read_at(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
-        let end = pos.checked_add(buf.len() as u64);
-        if end.is_none_or(|end| end > self.len) {
-            return Err(corrupt(format!(
-                "a read of {} bytes at {pos} goes past the image's end ({})",
-                buf.len(),
-                self.len
-            )));
-        }
+        self.check_bounds(pos, buf.len())?;
         let Some(v) = &self.verity else {
             self.file.read_exact_at(buf, self.base + pos)?;
             return Ok(());
@@ -95,14 +89,61 @@ impl Source {
         Ok(())
     }
 
+    /// `len` bytes at `pos` as a new buffer (not zeroed first).
+    pub fn read_vec(&self, pos: u64, len: usize) -> Result<Vec<u8>> {
+        if self.verity.is_some() {
+            let mut buf = vec![0u8; len];
+            self.read_at(pos, &mut buf)?;
+            return Ok(buf);
+        }
+        self.check_bounds(pos, len)?;
+        Ok(read_new(&self.file, self.base + pos, len)?)
+    }
+
+    /// Appends `len` bytes at `pos` to `out` as pieces: the checked chunks
+    /// themselves when verified (no copy), else one new buffer.
+    pub fn pieces(&self, pos: u64, len: usize, out: &mut Vec<Piece>) -> Result<()> {
+        self.check_bounds(pos, len)?;
+        let Some(v) = &self.verity else {
+            let buf = read_new(&self.file, self.base + pos, len)?;
+            out.push(Piece::Shared(Arc::new(buf), 0..len));
+            return Ok(());
+        };
+        let size = u64::from(v.table.chunk);
+        let mut done = 0usize;
+        while done < len {
+            let at = pos + done as u64;
+            let i = at / size;
+            let chunk = self.checked_chunk(v, i)?;
+            let from = (at - i * size) as usize;
+            let n = (chunk.len() - from).min(len - done);
+            out.push(Piece::Shared(chunk, from..from + n));
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn check_bounds(&self, pos: u64, len: usize) -> Result<()> {
+        let end = pos.checked_add(len as u64);
+        if end.is_none_or(|end| end > self.len) {
+            return Err(corrupt(format!(
+                "a read of {len} bytes at {pos} goes past the image's end ({})",
+                self.len
+            )));
+        }
+        Ok(())
+    }
+
     /// Chunk `i`, read and checked now or before.
     fn checked_chunk(&self, v: &Verified, i: u64) -> Result<Arc<Vec<u8>>> {
         if let Some(c) = v.checked.get(&i) {
             return Ok(c);
         }
-        let mut data = vec![0u8; v.table.chunk_len(i)];
-        self.file
-            .read_exact_at(&mut data, self.base + i * u64::from(v.table.chunk))?;
+        let data = read_new(
+            &self.file,
+            self.base + i * u64::from(v.table.chunk),
+            v.table.chunk_len(i),
+        )?;
         if !v.table.check(i, &data) {
             return Err(Error::Verity(format!(
                 "chunk {i} (bytes {} to {}) does not match its hash: the image file was changed or damaged after it was stored",
@@ -114,4 +155,20 @@ impl Source {
         v.checked.put(i, data.clone(), data.len());
         Ok(data)
     }
+}
+
+/// Reads exactly `len` bytes of `file` at `pos` into a new buffer, without
+/// zeroing it first (zeroing cost as much as the read itself).
+fn read_new(file: &File, pos: u64, len: usize) -> std::io::Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(len);
+    while buf.len() < len {
+        let at = pos + buf.len() as u64;
+        // Reads into the spare capacity and grows the length by what it
+        // read (the capacity may exceed len: the extra is cut below).
+        if rustix::io::pread(file, rustix::buffer::spare_capacity(&mut buf), at)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    buf.truncate(len);
+    Ok(buf)
 }

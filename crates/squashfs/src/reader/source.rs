@@ -3,6 +3,7 @@
 //! chunk checked against its hash before any of it is used.
 
 use std::fs::File;
+use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
@@ -75,29 +76,24 @@ impl Source {
             self.file.read_exact_at(buf, self.base + pos)?;
             return Ok(());
         };
-        let size = u64::from(v.table.chunk);
-        let mut done = 0usize;
-        while done < buf.len() {
-            let at = pos + done as u64;
-            let i = at / size;
-            let chunk = self.checked_chunk(v, i)?;
-            let from = (at - i * size) as usize;
-            let n = (chunk.len() - from).min(buf.len() - done);
-            buf[done..done + n].copy_from_slice(&chunk[from..from + n]);
-            done += n;
-        }
-        Ok(())
+        let mut done = 0;
+        self.checked_runs(v, pos, buf.len(), |chunk, run| {
+            buf[done..done + run.len()].copy_from_slice(&chunk[run.clone()]);
+            done += run.len();
+        })
     }
 
     /// `len` bytes at `pos` as a new buffer (not zeroed first).
     pub fn read_vec(&self, pos: u64, len: usize) -> Result<Vec<u8>> {
-        if self.verity.is_some() {
-            let mut buf = vec![0u8; len];
-            self.read_at(pos, &mut buf)?;
-            return Ok(buf);
-        }
         self.check_bounds(pos, len)?;
-        Ok(read_new(&self.file, self.base + pos, len)?)
+        let Some(v) = &self.verity else {
+            return Ok(read_new(&self.file, self.base + pos, len)?);
+        };
+        let mut buf = Vec::with_capacity(len);
+        self.checked_runs(v, pos, len, |chunk, run| {
+            buf.extend_from_slice(&chunk[run]);
+        })?;
+        Ok(buf)
     }
 
     /// Appends `len` bytes at `pos` to `out` as pieces: the checked chunks
@@ -109,6 +105,21 @@ impl Source {
             out.push(Piece::Shared(Arc::new(buf), 0..len));
             return Ok(());
         };
+        self.checked_runs(v, pos, len, |chunk, run| {
+            out.push(Piece::Shared(chunk, run));
+        })
+    }
+
+    /// Calls `each` with the checked chunks that hold the `len` bytes at
+    /// `pos` (inside the image), in order, and the run of each chunk that
+    /// belongs to them.
+    fn checked_runs(
+        &self,
+        v: &Verified,
+        pos: u64,
+        len: usize,
+        mut each: impl FnMut(Arc<Vec<u8>>, Range<usize>),
+    ) -> Result<()> {
         let size = u64::from(v.table.chunk);
         let mut done = 0usize;
         while done < len {
@@ -117,7 +128,7 @@ impl Source {
             let chunk = self.checked_chunk(v, i)?;
             let from = (at - i * size) as usize;
             let n = (chunk.len() - from).min(len - done);
-            out.push(Piece::Shared(chunk, from..from + n));
+            each(chunk, from..from + n);
             done += n;
         }
         Ok(())

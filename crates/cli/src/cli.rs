@@ -202,7 +202,7 @@ pub struct ContainerArgs {
     /// Pass the whole host environment (except PATH, LD_LIBRARY_PATH, HOME and similar).
     #[arg(long)]
     pub env_host: bool,
-    /// Bind a host path: SRC:DST[:OPTIONS] (SRC alone binds it at the same path); OPTIONS joined by , or +: ro, rw, noexec, a propagation (rprivate, unbindable...).
+    /// Bind a host path: SRC:DST[:OPTIONS] (SRC alone binds it at the same path); OPTIONS joined by , or +: ro, rw, noexec, a propagation (rprivate, unbindable...), sqsh (SRC is a squashfs or SIF file whose tree is mounted read-only at DST, shared by the node's containers).
     #[arg(short = 'v', long = "volume", value_name = "SRC[:DST[:OPTIONS]]")]
     pub volumes: Vec<String>,
     /// Mount a fresh tmpfs: DST[:OPTIONS], OPTIONS as tmpfs's own (size=1G, mode=1777, huge=within_size) and ro, noexec.

@@ -11,9 +11,10 @@ use crate::error::{Error, Result};
 /// Parses a bind specification `SRC[:DST[:OPTIONS]]` (`SRC:ro` binds SRC
 /// at the same path); a relative SRC is taken from `cwd`, and must exist.
 /// OPTIONS, joined by `,` or `+` (Pyxis's form): `ro`, `rw`, `noexec`, a
-/// propagation (`rprivate`, `unbindable`...), and words that change
-/// nothing berth does anyway (`nosuid`, `nodev`, `bind`, `rbind`,
-/// `x-create=dir|file|auto`).
+/// propagation (`rprivate`, `unbindable`...), `sqsh` (SRC is a squashfs
+/// or SIF file whose tree is mounted read-only at DST, CSCS's form), and
+/// words that change nothing berth does anyway (`nosuid`, `nodev`,
+/// `bind`, `rbind`, `x-create=dir|file|auto`).
 pub fn parse_volume(spec: &str, cwd: &Path) -> Result<Bind> {
     let bad = |why: String| Error::Usage(format!("bind {spec:?}: {why}"));
     let parts: Vec<&str> = spec.split(':').collect();
@@ -48,6 +49,12 @@ pub fn parse_volume(spec: &str, cwd: &Path) -> Result<Bind> {
             "the container path must not contain `..` (it would leave the container's root)".into(),
         ));
     }
+    let mut options = options;
+    let mut readonly = readonly;
+    if options.squashfs.is_some() {
+        options.squashfs = Some(squashfs_offset(&source, dst == src, opts).map_err(bad)?);
+        readonly = true;
+    }
     Ok(Bind {
         source,
         target,
@@ -56,6 +63,27 @@ pub fn parse_volume(spec: &str, cwd: &Path) -> Result<Bind> {
         device: false,
         options,
     })
+}
+
+/// Where the squashfs of a `:sqsh` bind's `source` starts (a squashfs
+/// file: 0; a SIF file: its primary partition), after checking that it is
+/// one berth can mount, read-only, at a container path of its own.
+fn squashfs_offset(
+    source: &Path,
+    same_path: bool,
+    opts: Option<&str>,
+) -> std::result::Result<u64, String> {
+    if same_path {
+        return Err("a squashfs data mount needs a container path: FILE:/DST:sqsh".into());
+    }
+    if opts.is_some_and(|o| o.split([',', '+']).any(|w| w == "rw")) {
+        return Err("a squashfs data mount is read-only: leave out rw".into());
+    }
+    berth_image::image_file::ImageFile::open(source)
+        .map(|f| f.offset)
+        .map_err(|e| {
+            format!("{e} (a squashfs data mount needs a squashfs file: mksquashfs DIR FILE)")
+        })
 }
 
 /// A bind's OPTIONS: read-only, and the rest.
@@ -68,6 +96,8 @@ fn parse_options(text: &str) -> std::result::Result<(bool, MountOptions), String
             "rw" => readonly = false,
             "noexec" => options.noexec = true,
             "exec" => options.noexec = false,
+            // The offset is found once the source is known.
+            "sqsh" => options.squashfs = Some(0),
             // Every bind is recursive, nosuid and nodev; missing mount
             // points are made to match the source.
             "nosuid" | "nodev" | "bind" | "rbind" | "x-create=auto" | "x-create=dir"
@@ -76,7 +106,7 @@ fn parse_options(text: &str) -> std::result::Result<(bool, MountOptions), String
                 Some(p) => options.propagation = Some(p),
                 None => {
                     return Err(format!(
-                        "unknown option {other:?} (use ro, rw, noexec, a propagation such as rprivate or unbindable, joined by , or +)"
+                        "unknown option {other:?} (use ro, rw, noexec, sqsh, a propagation such as rprivate or unbindable, joined by , or +)"
                     ))
                 }
             },
@@ -113,6 +143,9 @@ pub fn parse_tmpfs(spec: &str) -> Result<Bind> {
             berth_runtime::rootfs::TMPFS_OPTIONS.join("=, ")
         ))
     })?;
+    if options.squashfs.is_some() {
+        return Err(bad("sqsh is for a squashfs file's bind, not a tmpfs".into()));
+    }
     options.tmpfs = Some(data.join(","));
     Ok(Bind {
         source: PathBuf::from("tmpfs"),
@@ -275,6 +308,29 @@ mod tests {
             let err = parse_volume(bad, Path::new("/")).unwrap_err().to_string();
             assert!(err.contains(why), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn squashfs_data_mounts_need_a_squashfs_file_and_a_container_path() {
+        let d = tempfile::tempdir().unwrap();
+        let text = d.path().join("notes.txt");
+        std::fs::write(&text, "not squashfs").unwrap();
+        let t = text.display();
+        for (bad, why) in [
+            (
+                format!("{}:/x:sqsh", d.path().display()),
+                "not a regular file",
+            ),
+            (format!("{t}:/x:sqsh"), "neither a SIF nor a squashfs"),
+            (format!("{t}:sqsh"), "needs a container path"),
+            (format!("{t}:/x:sqsh+rw"), "read-only"),
+            (format!("{t}:/x:ro,sqsh"), "mksquashfs DIR FILE"),
+        ] {
+            let err = parse_volume(&bad, Path::new("/")).unwrap_err().to_string();
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+        let err = parse_tmpfs("/t:sqsh").unwrap_err().to_string();
+        assert!(err.contains("not a tmpfs"), "{err}");
     }
 
     #[test]

@@ -36,6 +36,8 @@ const BIND_FLAGS: &[&str] = &[
     "x-create=auto",
     "x-create=dir",
     "x-create=file",
+    // A squashfs file's tree, read-only (CSCS's form; berth's -v takes it).
+    "sqsh",
 ];
 
 /// tmpfs's own options berth passes on (as `key=value`): the list of
@@ -175,6 +177,8 @@ mod tests {
         assert_eq!(bind("./x.py:/opt/x.py:ro"), "./x.py:/opt/x.py:ro");
         assert_eq!(bind("/tmp:/mnt:unbindable+ro"), "/tmp:/mnt:unbindable+ro");
         assert_eq!(bind("/d:./in"), "/d:/in");
+        // CSCS's squashfs data mount, taken by berth's -v.
+        assert_eq!(bind("./ds.sqsh:/ds:sqsh"), "./ds.sqsh:/ds:sqsh");
         assert_eq!(
             bind("/d:/e:x-create=dir+rprivate"),
             "/d:/e:x-create=dir+rprivate"

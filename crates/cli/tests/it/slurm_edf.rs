@@ -67,3 +67,49 @@ fn srun_runs_in_an_environment_file() {
         out.stderr()
     );
 }
+
+#[test]
+#[cfg_attr(
+    not(berth_it_slurm),
+    ignore = "needs root, the test fixtures and berth's SPANK plugin: sudo bash tests/setup/setup.sh, then sudo bash tests/setup/slurm_plugin.sh target/debug"
+)]
+fn srun_mounts_squashfs_data_files() {
+    let sb = sandbox();
+    let file = crate::runtime_run::data_mounts::dataset(&sb);
+    fs::write(
+        sb.dir.path().join("ds.toml"),
+        format!(
+            "image = \"{}/berth-test/layers:latest\"\nentrypoint = false\nmounts = [\"{}:/ds:sqsh\"]\n",
+            sb.env.anon(),
+            file.display()
+        ),
+    )
+    .unwrap();
+    sb.chown_to_user(sb.dir.path());
+    let mut c = sb.command(
+        Path::new("/usr/bin/srun"),
+        &[
+            "-N1",
+            "-n2",
+            "--environment=./ds.toml",
+            "--container-mounts=./ds.sqsh:/more:sqsh",
+            "sh",
+            "-c",
+            "cat /ds/a.txt; busybox cmp /ds/sub/b.bin /more/sub/b.bin && echo same",
+        ],
+    );
+    c.env("SLURM_CONF", sb.env.var("BERTH_IT_SLURM_CONF"));
+    c.current_dir(sb.dir.path());
+    let stdout = Out(c.output().unwrap()).ok().stdout();
+    let mut lines: Vec<&str> = stdout.lines().collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        vec![
+            "hello from the dataset",
+            "hello from the dataset",
+            "same",
+            "same"
+        ]
+    );
+}

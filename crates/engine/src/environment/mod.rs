@@ -187,8 +187,7 @@ impl Environment {
                 ))
             })?;
         }
-        // Mounts that need berth's squashfs server for data (`:sqsh`) are
-        // refused by the -v parser with the mount named.
+        // `:sqsh` mounts are squashfs data mounts, as berth's `-v` takes them.
         let mut volumes = self.mounts.clone();
         volumes.append(&mut req.volumes);
         req.volumes = volumes;

@@ -236,6 +236,7 @@ pub struct Leased<'a> {
 pub fn lease<'a>(spec: &'a RunSpec, image_file: Option<&File>) -> Result<Leased<'a>> {
     let mut timing = spec.timing();
     timing.mark("config");
+    let data = keeper::data::data_files(&spec.binds)?;
     let lease = keeper::acquire(&KeeperRequest {
         berth_exe: &spec.berth_exe,
         image: &spec.image.squashfs,
@@ -248,6 +249,7 @@ pub fn lease<'a>(spec: &'a RunSpec, image_file: Option<&File>) -> Result<Leased<
         image_mount: spec.image_mount,
         template: spec.template.as_ref(),
         image_file,
+        data: &data,
     })?;
     timing.mark("keeper");
     Ok(Leased {
@@ -417,12 +419,13 @@ pub fn build(
         rootfs::extend_and_pivot(
             k,
             &root,
-            &spec.extra_binds,
+            &keeper::data::resolve(&spec.extra_binds, &lease.dir),
             p.workdir_to_create(),
             hidden.as_deref(),
         )?;
     } else {
         let (image, stage) = (lease.image_mount(), lease.stage());
+        let binds = keeper::data::resolve(&spec.binds, &lease.dir);
         let plan = RootfsPlan {
             profile: Profile::Container,
             layers: Layers::Overlay {
@@ -434,7 +437,7 @@ pub fn build(
                 apt_hint: spec.process.root_emulation.wanted(),
             },
             fresh_proc: spec.pid_ns,
-            binds: &spec.binds,
+            binds: &binds,
             passwd_line: spec.identity.passwd_line.as_deref(),
             group_line: spec.identity.group_line.as_deref(),
             workdir: spec.process.workdir_to_create(),

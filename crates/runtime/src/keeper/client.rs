@@ -42,6 +42,9 @@ pub struct KeeperRequest<'a> {
     pub server: berth_config::SquashfsServer,
     /// FUSE or unpacked (rootless keepers).
     pub image_mount: berth_config::ImageMount,
+    /// Squashfs data files the keeper mounts beside the image (part of
+    /// its key).
+    pub data: &'a [super::data::DataFile],
 }
 
 /// Finds or starts the keeper of the request's image and mode and takes
@@ -55,8 +58,9 @@ pub fn acquire(req: &KeeperRequest<'_>) -> Result<KeeperLease> {
             req.image_id
         )));
     }
+    let key = super::data::keeper_key(hex, req.data);
     let dir = node::state_dir()?.join("keepers").join(keeper_name(
-        hex,
+        &key,
         req.mode,
         std::env::var("SLURM_JOB_ID").ok().as_deref(),
     ));
@@ -192,6 +196,10 @@ fn start(req: &KeeperRequest<'_>, dir: &Path) -> Result<i32> {
         .env(berth_config::ImageMount::ENV, req.image_mount.as_str())
         .env(super::IMAGE_OFFSET_ENV, req.image_offset.to_string())
         .env(super::IMAGE_VERITY_ENV, req.image_verity.unwrap_or(""))
+        .env(
+            super::data::DATA_ENV,
+            serde_json::to_string(req.data).unwrap_or_default(),
+        )
         .spawn();
     if let Some(f) = req.image_file {
         // Never into the container: close-on-exec again.
@@ -291,6 +299,7 @@ mod tests {
             image_file: None,
             server: Default::default(),
             image_mount: Default::default(),
+            data: &[],
         };
         let err = acquire(&req).unwrap_err().to_string();
         assert!(err.contains("is not an image id"), "{err}");

@@ -17,7 +17,7 @@ use crate::state;
 use crate::sys::{self, Kernel, LINUX};
 use crate::{image_mount, process};
 
-use super::{helpers, DECIDE_LOCK};
+use super::{data, helpers, DECIDE_LOCK};
 
 /// How often an idle keeper looks for runs (and for its server).
 const POLL: Duration = Duration::from_millis(250);
@@ -149,6 +149,18 @@ fn run(k: &dyn Kernel, raw: &[String]) -> Result<()> {
     // if it died): the mount is usable when this returns.
     fs::metadata(image_dir.join("."))
         .map_err(|e| Error::Mount(format!("the squashfs server did not come up: {e}")))?;
+    // Squashfs data files, mounted as the image is.
+    let unpacked_because = unpacked.as_ref().map(|(_, why)| {
+        why.as_deref()
+            .unwrap_or("the site unpacks images: [runtime] image_mount = \"unpack\"")
+    });
+    let data_how = data::how(
+        args.mode,
+        (uid, gid),
+        berth_config::SquashfsServer::from_env(),
+        unpacked_because,
+    );
+    let mut data_servers = data::mount_all(k, &args.dir, &data::from_env()?, data_how)?;
     let hidden = node::state_dir().ok();
     let prepared = helpers::start_prepared_root(k, &args.dir, hidden.as_deref());
     let identity = match args.mode {
@@ -163,15 +175,17 @@ fn run(k: &dyn Kernel, raw: &[String]) -> Result<()> {
     say_ready(pid, unpacked.as_ref().and_then(|(_, why)| why.as_deref()));
     // Idle (left under both locks) or the server is gone: either way,
     // leave.
-    let _: Served = node::serve_until_idle(&files, args.idle, POLL, || match server.as_mut() {
-        Some(s) => match s.try_wait() {
-            Ok(Some(status)) => {
-                eprintln!("berth: the squashfs server exited ({status})");
-                false
-            }
-            _ => true,
-        },
-        None => true,
+    let _: Served = node::serve_until_idle(&files, args.idle, POLL, || {
+        server
+            .iter_mut()
+            .chain(&mut data_servers)
+            .all(|s| match s.try_wait() {
+                Ok(Some(status)) => {
+                    eprintln!("berth: a squashfs server exited ({status})");
+                    false
+                }
+                _ => true,
+            })
     });
     // No run finds this keeper from now on; one that comes meanwhile waits
     // on the decision lock (held until `files` goes) until the helpers and
@@ -181,7 +195,7 @@ fn run(k: &dyn Kernel, raw: &[String]) -> Result<()> {
     state::remove_pid(&args.dir.join("pid"), pid);
     drop(prepared);
     drop(identity);
-    if let Some(mut s) = server {
+    for mut s in server.into_iter().chain(data_servers) {
         sys::kill(s.id() as i32, libc::SIGTERM);
         let _ = s.wait();
     }

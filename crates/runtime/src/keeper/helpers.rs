@@ -65,6 +65,7 @@ pub(super) fn start_prepared_root(
                 k.unshare(UnshareFlags::NEWNS)
                     .map_err(|e| Error::sys("unshare the mount namespace", None, e))?;
                 let (image, stage) = (dir.join("mnt/image"), dir.join("mnt/stage"));
+                let binds = super::data::resolve(&template.binds, dir);
                 let plan = RootfsPlan {
                     profile: Profile::Container,
                     layers: Layers::Overlay {
@@ -79,7 +80,7 @@ pub(super) fn start_prepared_root(
                     },
                     fresh_proc: false,
                     confined: false,
-                    binds: &template.binds,
+                    binds: &binds,
                     passwd_line: template.passwd_line.as_deref(),
                     group_line: template.group_line.as_deref(),
                     workdir: "/",

@@ -14,6 +14,8 @@
 //! - [`daemon`]: the keeper process (`berth __keeper`).
 //! - [`helpers`]: the processes a keeper forks to hold what runs join: the
 //!   prepared root of default runs and the nested user namespace.
+//! - [`data`]: squashfs data files (`-v FILE:DST:sqsh`) the keeper mounts
+//!   beside the image.
 
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -23,6 +25,7 @@ use crate::node::Share;
 
 pub mod client;
 pub mod daemon;
+pub mod data;
 mod helpers;
 
 pub use client::acquire;

@@ -1,6 +1,6 @@
 //! Options of a user's mount beyond read-only: `noexec`, mount
-//! propagation, and a tmpfs in place of a bind (`--tmpfs`, Pyxis's
-//! `tmpfs:DST`).
+//! propagation, a tmpfs in place of a bind (`--tmpfs`, Pyxis's
+//! `tmpfs:DST`) and a squashfs file's tree in place of the file (`:sqsh`).
 
 use serde::{Deserialize, Serialize};
 
@@ -81,6 +81,12 @@ pub struct MountOptions {
     /// unused): tmpfs's own options (`size=1G,mode=1777`), possibly empty.
     #[serde(default)]
     pub tmpfs: Option<String>,
+    /// A squashfs file's tree in place of the file (`:sqsh`): the squashfs
+    /// starts at this byte of the bind's source. The image's keeper mounts
+    /// it read-only beside the image, for all runs of the keeper
+    /// ([`crate::keeper::data`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub squashfs: Option<u64>,
 }
 
 /// The tmpfs options berth passes on (tmpfs(5)); others are refused, so

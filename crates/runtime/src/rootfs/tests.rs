@@ -191,6 +191,7 @@ fn tmpfs_noexec_and_propagation_as_asked() {
         tmpfs: Some("size=1m".into()),
         noexec: true,
         propagation: Some(Propagation::Private),
+        squashfs: None,
     };
     let mut data = bind(&s.data(), "/data", true, false);
     data.options.noexec = true;

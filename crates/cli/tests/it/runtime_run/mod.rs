@@ -10,8 +10,10 @@
 //! - [`environment`]: `--environment`: CSCS's environment definition files.
 //! - [`persistent`]: `--overlay`: changes kept across runs.
 //! - [`root_emulation`]: `--fakeroot` without a subordinate id range.
+//! - [`data_mounts`]: `-v FILE:DST:sqsh`: squashfs files as read-only trees.
 
 mod command;
+pub(crate) mod data_mounts;
 mod environment;
 mod isolation;
 mod node;

@@ -59,6 +59,17 @@ impl AsRoot {
     }
 }
 
+/// A squashfs file of `tree` at `file`, made by mksquashfs.
+fn mksquashfs(tree: &std::path::Path, file: &std::path::Path) {
+    let st = Command::new("mksquashfs")
+        .arg(tree)
+        .arg(file)
+        .args(["-quiet", "-noappend", "-no-progress"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
 /// M5: a real-root run by id (the first run of an image, the way the Slurm
 /// plugin runs every task) gave mount(8) the string `fd:N`, which it took as
 /// a path relative to root's cwd: a squashfs planted there as `fd:3` ...
@@ -84,13 +95,7 @@ fn a_root_run_by_id_never_mounts_a_file_planted_in_its_cwd() {
     }
     fs::write(evil.join("marker"), "PLANTED-IMAGE\n").unwrap();
     let sqfs = root.dir.path().join("evil.sqfs");
-    let st = Command::new("mksquashfs")
-        .arg(&evil)
-        .arg(&sqfs)
-        .args(["-quiet", "-noappend", "-no-progress"])
-        .status()
-        .unwrap();
-    assert!(st.success());
+    mksquashfs(&evil, &sqfs);
     for n in 0..32 {
         fs::copy(&sqfs, cwd.join(format!("fd:{n}"))).unwrap();
     }
@@ -113,6 +118,40 @@ fn a_root_run_by_id_never_mounts_a_file_planted_in_its_cwd() {
     );
     assert_eq!(out.code(), 0, "{all}");
     assert!(out.stdout().contains("/layer2.txt"), "{all}");
+}
+
+/// Real root's squashfs data mount (`-v FILE:DST:sqsh`) goes to the
+/// kernel's squashfs driver through a loop device, as its image does.
+#[test]
+#[cfg_attr(
+    not(berth_it_root),
+    ignore = "needs root and the test fixtures: sudo bash tests/setup/setup.sh, then the tests as root"
+)]
+fn a_root_runs_squashfs_data_mount_is_a_kernel_mount() {
+    let env = need_env!();
+    let root = AsRoot::new(env);
+    let id = root.pull("layers:latest");
+    let tree = root.dir.path().join("tree");
+    fs::create_dir_all(&tree).unwrap();
+    fs::write(tree.join("a.txt"), "root's dataset\n").unwrap();
+    mksquashfs(&tree, &root.dir.path().join("cwd/ds.sqsh"));
+    let out = root.berth(
+        &root.dir.path().join("cwd"),
+        &[
+            "run",
+            "--entrypoint",
+            "",
+            "-v",
+            "./ds.sqsh:/ds:sqsh",
+            &id,
+            "/bin/sh",
+            "-c",
+            "cat /ds/a.txt; grep ' /ds ' /proc/self/mountinfo",
+        ],
+    );
+    let stdout = out.ok().stdout();
+    assert!(stdout.starts_with("root's dataset\n"), "{stdout}");
+    assert!(stdout.contains(" - squashfs /dev/loop"), "{stdout}");
 }
 
 /// H1: a container of real root was root on the host in many one-step

@@ -77,8 +77,12 @@ pub enum Command {
     Doctor(DoctorArgs),
     /// Run a command in a live shared container (see run --shared).
     Exec(ExecArgs),
-    /// List your live shared containers on this node.
+    /// List your live shared containers on this node (-a: and your named containers).
     Ps(PsArgs),
+    /// Remove named containers (run --name) with their changes.
+    Rm(RmArgs),
+    /// Save a named container (run --name) as a squashfs file or an image in the store, as run --save does.
+    Commit(CommitArgs),
     /// Build an image from a Dockerfile, rootless (RUN steps are root in a user namespace).
     Build(BuildArgs),
     /// Give a stored image another name.
@@ -277,7 +281,7 @@ pub struct RunArgs {
     /// Container options.
     #[command(flatten)]
     pub container: ContainerArgs,
-    /// Accepted for podman compatibility: containers are always removed.
+    /// With --name: keep nothing of the container (without --name containers always go).
     #[arg(long)]
     pub rm: bool,
     /// Keep standard input (it always is: the caller's own descriptors are used).
@@ -289,7 +293,7 @@ pub struct RunArgs {
     /// Override the image's ENTRYPOINT (an empty string clears it).
     #[arg(long, value_name = "PROGRAM", allow_hyphen_values = true)]
     pub entrypoint: Option<String>,
-    /// A name for the container (its id in the OCI state hooks see).
+    /// Keep the container's changes under NAME in your store (the root is writable): a later run with --name NAME and the same image goes on from them; berth ps -a lists named containers, berth commit saves one as an image, berth rm removes one. Also the container's id in the OCI state hooks see.
     #[arg(long)]
     pub name: Option<String>,
     /// Join the node's shared container KEY, creating it if there is none: all tasks with one KEY share one container (namespaces, mounts, page cache); it goes away with its last task.
@@ -367,6 +371,27 @@ pub struct PsArgs {
     /// Show only the keys.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Also the named containers of your store (run --name), running or not.
+    #[arg(long, short)]
+    pub all: bool,
+}
+
+/// `berth rm`.
+#[derive(Debug, Args)]
+pub struct RmArgs {
+    /// The containers' names.
+    #[arg(required = true)]
+    pub names: Vec<String>,
+}
+
+/// `berth commit`.
+#[derive(Debug, Args)]
+pub struct CommitArgs {
+    /// The named container.
+    pub name: String,
+    /// A squashfs file (a path starting with / or ., or ending in .sqsh, .squashfs or .sqfs) or an image name in the store.
+    #[arg(value_name = "FILE.sqsh|NAME")]
+    pub target: String,
 }
 
 /// `berth shell`.

@@ -34,6 +34,11 @@ fn main() -> ExitCode {
         let code = berth_squashfs::serve_main(&raw[2..]);
         return ExitCode::from(code.clamp(0, 255) as u8);
     }
+    // `berth rm`'s helper for files of subordinate ids.
+    if raw.get(1).map(String::as_str) == Some("__rm-tree") {
+        let code = berth_engine::named::remove_tree_main(&raw[2..]);
+        return ExitCode::from(code.clamp(0, 255) as u8);
+    }
     // A shared container's holder, started by `berth run --shared`.
     if raw.get(1).map(String::as_str) == Some("__holder") {
         let code = berth_runtime::shared::anchor_main(&raw[2..]);

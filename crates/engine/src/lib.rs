@@ -34,6 +34,7 @@ pub mod identity;
 pub mod image;
 pub mod inject;
 pub mod launcher;
+pub mod named;
 pub mod node_cache;
 pub mod overlay;
 pub mod request;
@@ -227,10 +228,29 @@ pub fn prepare(
             "--save of an image run in place from a SIF file is not offered: import it first (berth import sif:FILE NAME), then run that".into(),
         ));
     }
+    // A named container keeps its changes in the store, in an overlay
+    // directory of its name.
+    let named_dir = match (&req.name, req.rm, &req.shared) {
+        (Some(name), false, None) => {
+            if req.overlay.is_some() {
+                return Err(Error::Usage(
+                    "--name keeps the container's changes under its name: give --name or --overlay DIR, not both (--name with --rm keeps nothing)".into(),
+                ));
+            }
+            Some(named::prepare(
+                config,
+                name,
+                &req.image,
+                &img.record.id,
+                mode,
+            )?)
+        }
+        _ => None,
+    };
     // A run that saves without --overlay keeps its changes in a temporary
     // directory of its own.
-    let temporary = match (&save_target, &req.overlay) {
-        (Some(_), None) => Some(save::temporary_overlay(&|k| {
+    let temporary = match (&save_target, req.overlay.is_some() || named_dir.is_some()) {
+        (Some(_), false) => Some(save::temporary_overlay(&|k| {
             caller.var(k).map(str::to_string)
         })?),
         _ => None,
@@ -238,6 +258,7 @@ pub fn prepare(
     let overlay_spec = req
         .overlay
         .clone()
+        .or_else(|| named_dir.as_ref().map(|d| d.display().to_string()))
         .or_else(|| temporary.as_ref().map(|t| t.display().to_string()));
     let claimed = overlay_spec
         .as_deref()

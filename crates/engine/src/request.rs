@@ -67,8 +67,11 @@ pub struct RunRequest {
     pub annotations: Vec<String>,
     /// `--security-opt`.
     pub security_opt: Vec<String>,
-    /// `--name`: the container's id in the OCI state.
+    /// `--name`: the container's id in the OCI state and, unless `rm` or
+    /// shared, a named container whose changes are kept ([`crate::named`]).
     pub name: Option<String>,
+    /// `--rm`: a named container's changes are not kept.
+    pub rm: bool,
     /// `--shared KEY --linger SECONDS`.
     pub shared: Option<SharedRequest>,
     /// Look up a missing absolute command by its base name (the Slurm

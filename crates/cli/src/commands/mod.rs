@@ -9,6 +9,7 @@ mod images;
 mod import;
 mod login;
 mod modules;
+mod named;
 mod pull;
 mod push;
 mod run;
@@ -43,7 +44,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Environments(a) => environments::list(&ctx, a),
         Command::Doctor(a) => doctor::run(&ctx, a),
         Command::Exec(a) => shared::exec(a),
-        Command::Ps(a) => shared::ps(a),
+        Command::Ps(a) => shared::ps(&ctx, a),
+        Command::Rm(a) => named::rm(&ctx, a),
+        Command::Commit(a) => named::commit(&ctx, a),
         Command::Build(a) => build::build(&ctx, a),
         Command::Tag(a) => build::tag(&ctx, a),
         Command::Save(a) => build::save(&ctx, a),

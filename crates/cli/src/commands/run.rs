@@ -47,6 +47,7 @@ pub fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
     req.entrypoint = args.entrypoint;
     req.args = command;
     req.name = args.name;
+    req.rm = args.rm;
     req.shared = args.shared.map(|key| SharedRequest {
         key,
         linger: Duration::from_secs(args.linger),

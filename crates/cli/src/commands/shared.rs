@@ -53,14 +53,21 @@ pub fn exec(args: ExecArgs) -> Result<ExitCode> {
     }
 }
 
-/// `berth ps`: key, image, holder pid, processes, age.
-pub fn ps(args: PsArgs) -> Result<ExitCode> {
+/// `berth ps`: key, image, holder pid, processes, age; with `-a` the
+/// named containers follow.
+pub fn ps(ctx: &super::Context, args: PsArgs) -> Result<ExitCode> {
     let list = shared::list()?;
+    let json = args.format == "json";
     if args.quiet {
         for c in &list {
             println!("{}", c.info.key);
         }
-    } else if args.format == "json" {
+    } else if json && args.all {
+        let named = super::named::print(ctx, true, false)?;
+        let both = serde_json::json!({ "live": list, "named": named });
+        println!("{}", serde_json::to_string_pretty(&both)?);
+        return Ok(ExitCode::SUCCESS);
+    } else if json {
         println!("{}", serde_json::to_string_pretty(&list)?);
     } else {
         let now = std::time::SystemTime::now()
@@ -86,6 +93,9 @@ pub fn ps(args: PsArgs) -> Result<ExitCode> {
                 now.saturating_sub(c.info.created)
             );
         }
+    }
+    if args.all {
+        super::named::print(ctx, false, args.quiet)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -11,11 +11,13 @@
 //! - [`persistent`]: `--overlay`: changes kept across runs.
 //! - [`root_emulation`]: `--fakeroot` without a subordinate id range.
 //! - [`data_mounts`]: `-v FILE:DST:sqsh`: squashfs files as read-only trees.
+//! - [`named`]: `--name`: changes kept under a name; `ps -a`, `commit`, `rm`.
 
 mod command;
 pub(crate) mod data_mounts;
 mod environment;
 mod isolation;
+mod named;
 mod node;
 mod persistent;
 pub(crate) mod root_emulation;

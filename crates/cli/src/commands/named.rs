@@ -1,0 +1,100 @@
+//! Named containers (`berth run --name NAME`): `berth ps -a` lists them,
+//! `berth commit NAME TARGET` saves one as an image, `berth rm NAME`
+//! removes one.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Result;
+use berth_engine::caller::Caller;
+use berth_engine::named;
+use berth_engine::save::{self, SaveJob, Target};
+
+use super::Context;
+use crate::cli::{CommitArgs, RmArgs};
+
+/// The named containers of the store, as `berth ps -a` prints them after
+/// the live ones.
+pub fn print(ctx: &Context, json: bool, quiet: bool) -> Result<Vec<named::Listed>> {
+    let list = named::list(&ctx.config()?)?;
+    if json {
+        return Ok(list);
+    }
+    if quiet {
+        for c in &list {
+            println!("{}", c.record.name);
+        }
+        return Ok(list);
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    println!();
+    println!(
+        "{:<24} {:<36} {:<9} {:<8} {:>8}",
+        "NAMED CONTAINER", "IMAGE", "MODE", "STATUS", "CREATED"
+    );
+    for c in &list {
+        println!(
+            "{:<24} {:<36} {:<9} {:<8} {:>7}s",
+            c.record.name,
+            c.record.image,
+            c.record.mode,
+            if c.in_use { "in use" } else { "stopped" },
+            now.saturating_sub(c.record.created)
+        );
+    }
+    Ok(list)
+}
+
+/// `berth rm NAME...`: each named container with its changes; one that a
+/// run uses is refused.
+pub fn rm(ctx: &Context, args: RmArgs) -> Result<ExitCode> {
+    let config = ctx.config()?;
+    let exe = std::env::current_exe()?;
+    let mut failed = None;
+    for name in &args.names {
+        match named::remove(&config, name, &exe) {
+            Ok(()) => println!("{name}"),
+            Err(e) => {
+                let (code, msg) = crate::exit::describe(&e.into());
+                eprintln!("berth: error: {msg}");
+                failed = Some(code);
+            }
+        }
+    }
+    Ok(failed.map_or(ExitCode::SUCCESS, ExitCode::from))
+}
+
+/// `berth commit NAME TARGET`: the named container's root (its image with
+/// its changes) as a squashfs file or an image in the store, as `--save`
+/// makes it; the container stays.
+pub fn commit(ctx: &Context, args: CommitArgs) -> Result<ExitCode> {
+    let config = ctx.config()?;
+    let caller = Caller::current(Instant::now())?;
+    let (record, dir, _lock) = named::take(&config, &args.name)?;
+    let target = Target::parse(&args.target, &caller.cwd)?;
+    let found = berth_engine::image::find(&config, &record.image_id, true).map_err(|e| {
+        anyhow::anyhow!(
+            "container {}: its image {} ({}) is not in the store any more: {e}",
+            record.name,
+            record.image,
+            record.image_id
+        )
+    })?;
+    let img = &found.image;
+    let job = SaveJob {
+        target,
+        upper: dir.join("upper"),
+        temporary: None,
+        image: img.squashfs_path(),
+        base: img.record.id.clone(),
+        run: img.record.run.clone(),
+        mode: named::mode_of(&record),
+        config: config.clone(),
+    };
+    let line = save::save(&job, &caller.berth_exe)?;
+    eprintln!("berth: {line}");
+    Ok(ExitCode::SUCCESS)
+}

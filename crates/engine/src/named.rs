@@ -1,0 +1,343 @@
+//! Named containers (`berth run --name NAME`): the container's changes
+//! are kept under NAME in the user's store (`STORE/containers/NAME`: an
+//! overlay's `upper/` and `work/`, and a record of the image), so that a
+//! later run with the same name and image goes on from them, as Pyxis's
+//! named containers and enroot's containers do. `berth ps -a` lists them,
+//! `berth commit` saves one as an image, `berth rm` removes one.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use berth_config::Config;
+use berth_runtime::IdMode;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// The record's file name in a container's directory.
+const RECORD: &str = "container.json";
+
+/// What berth keeps of a named container beside its changes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamedContainer {
+    /// Its name.
+    pub name: String,
+    /// The image as the first run named it.
+    pub image: String,
+    /// The image's id: later runs must run this image.
+    pub image_id: String,
+    /// When it was made (seconds since the epoch).
+    pub created: u64,
+    /// The id mode of its last run (`identity`, `fakeroot`, `root`): its
+    /// files belong to that mode's ids.
+    pub mode: String,
+}
+
+/// A named container as `berth ps -a` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Listed {
+    /// The record.
+    #[serde(flatten)]
+    pub record: NamedContainer,
+    /// Its directory.
+    pub path: PathBuf,
+    /// A run uses it now.
+    pub in_use: bool,
+}
+
+/// Where a store keeps its named containers.
+pub fn containers_dir(config: &Config) -> PathBuf {
+    config.store.join("containers")
+}
+
+/// A name is letters, digits, `_`, `.` and `-`, starting with a letter or
+/// digit, at most 128 bytes: it names a directory.
+pub fn validate_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Usage(format!(
+            "container name {name:?}: use letters, digits, _, . and -, starting with a letter or digit (at most 128)"
+        )))
+    }
+}
+
+/// The directory of container `name` for a run of image `image_id`
+/// (`image` as the user gave it) in `mode`: made with its record on first
+/// use. An error when the container was made from another image.
+pub fn prepare(
+    config: &Config,
+    name: &str,
+    image: &str,
+    image_id: &str,
+    mode: IdMode,
+) -> Result<PathBuf> {
+    validate_name(name)?;
+    let dir = containers_dir(config).join(name);
+    match read(&dir) {
+        Ok(mut record) => {
+            if record.image_id != image_id {
+                return Err(Error::Usage(format!(
+                    "container {name} was made from {} ({}), not from {image}: run it with that image (berth run --name {name} {}), or remove it first (berth rm {name})",
+                    record.image,
+                    short(&record.image_id),
+                    record.image
+                )));
+            }
+            if record.mode != mode.as_str() {
+                record.mode = mode.as_str().to_string();
+                write(&dir, &record)?;
+            }
+        }
+        Err(_) if !dir.join(RECORD).exists() => {
+            private_dir(&containers_dir(config))?;
+            private_dir(&dir)?;
+            let created = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
+            let record = NamedContainer {
+                name: name.to_string(),
+                image: image.to_string(),
+                image_id: image_id.to_string(),
+                created,
+                mode: mode.as_str().to_string(),
+            };
+            write(&dir, &record)?;
+        }
+        Err(e) => return Err(e),
+    }
+    Ok(dir)
+}
+
+/// The first 12 hex digits of an id.
+fn short(id: &str) -> &str {
+    let hex = id.strip_prefix("sha256:").unwrap_or(id);
+    hex.get(..12).unwrap_or(hex)
+}
+
+/// The store's named containers, by name.
+pub fn list(config: &Config) -> Result<Vec<Listed>> {
+    let dir = containers_dir(config);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::Usage(format!("cannot read {}: {e}", dir.display()))),
+    };
+    let mut out: Vec<Listed> = entries
+        .flatten()
+        .filter_map(|e| {
+            let path = e.path();
+            let record = read(&path).ok()?;
+            let in_use = in_use(&path);
+            Some(Listed {
+                record,
+                path,
+                in_use,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.record.name.cmp(&b.record.name));
+    Ok(out)
+}
+
+/// Container `name` of the store, locked for this caller alone (no run
+/// uses it while the lock is held).
+pub fn take(config: &Config, name: &str) -> Result<(NamedContainer, PathBuf, File)> {
+    validate_name(name)?;
+    let dir = containers_dir(config).join(name);
+    let record = read(&dir).map_err(|_| {
+        Error::Usage(format!(
+            "no container {name} in the store {} (berth ps -a lists them)",
+            config.store.display()
+        ))
+    })?;
+    let lock = File::open(&dir)
+        .map_err(|e| Error::Usage(format!("cannot open {}: {e}", dir.display())))?;
+    if lock.try_lock().is_err() {
+        return Err(Error::Overlay(format!(
+            "container {name} is in use by a run: wait for it to end (berth ps -a shows it in use)"
+        )));
+    }
+    Ok((record, dir, lock))
+}
+
+/// Whether a run holds the container's directory.
+fn in_use(dir: &Path) -> bool {
+    File::open(dir).is_ok_and(|f| f.try_lock_shared().is_err())
+}
+
+/// The id mode a record names.
+pub fn mode_of(record: &NamedContainer) -> IdMode {
+    IdMode::parse(&record.mode).unwrap_or(IdMode::Identity)
+}
+
+fn read(dir: &Path) -> Result<NamedContainer> {
+    let path = dir.join(RECORD);
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::Read {
+        what: "container record",
+        path: path.clone(),
+        source: e,
+    })?;
+    serde_json::from_str(&text).map_err(|e| {
+        Error::Usage(format!(
+            "{} is not a container record ({e}): remove the directory, or berth rm it",
+            path.display()
+        ))
+    })
+}
+
+fn write(dir: &Path, record: &NamedContainer) -> Result<()> {
+    let path = dir.join(RECORD);
+    let partial = dir.join(format!(".{RECORD}.{}", std::process::id()));
+    let text = serde_json::to_string_pretty(record).unwrap_or_default();
+    std::fs::write(&partial, text)
+        .and_then(|()| std::fs::rename(&partial, &path))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&partial);
+            Error::Overlay(format!("cannot write {}: {e}", path.display()))
+        })
+}
+
+fn private_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(Error::Overlay(format!(
+            "cannot make {}: {e}",
+            dir.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Removes the tree at `path` as far as this process may: directories it
+/// owns but cannot read or write (overlayfs's `work/work`, mode 0) are
+/// opened up first. Files of other ids (subordinate ids of a `--fakeroot`
+/// run) are left for [`remove_tree_in_namespace`].
+pub fn remove_tree(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+        Ok(m) if !m.is_dir() => return std::fs::remove_file(path),
+        Ok(m) if m.permissions().mode() & 0o700 != 0o700 => {
+            let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700));
+        }
+        Ok(_) => {}
+    }
+    for entry in std::fs::read_dir(path)? {
+        remove_tree(&entry?.path())?;
+    }
+    std::fs::remove_dir(path)
+}
+
+/// `berth __rm-tree DIR`: removes DIR as root of a fresh user namespace
+/// with the caller's subordinate ids mapped (so files a `--fakeroot` run
+/// gave to those ids go too); the exit code.
+pub fn remove_tree_main(args: &[String]) -> i32 {
+    let [dir] = args else {
+        eprintln!("berth: error: usage: berth __rm-tree DIR");
+        return 2;
+    };
+    if let Err(e) =
+        berth_runtime::idmap::enter_namespaces(&berth_runtime::sys::LINUX, IdMode::FakeRoot)
+    {
+        eprintln!("berth: error: {e}");
+        return 1;
+    }
+    match remove_tree(Path::new(dir)) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("berth: error: cannot remove {dir}: {e}");
+            1
+        }
+    }
+}
+
+/// Removes container `name` (refused while a run uses it).
+pub fn remove(config: &Config, name: &str, berth_exe: &Path) -> Result<()> {
+    let (_, dir, _lock) = take(config, name)?;
+    if remove_tree(&dir).is_ok() {
+        return Ok(());
+    }
+    // Files of other ids: remove them where those ids are mapped.
+    let out = std::process::Command::new(berth_exe)
+        .arg("__rm-tree")
+        .arg(&dir)
+        .output()
+        .map_err(|e| Error::Overlay(format!("cannot start {}: {e}", berth_exe.display())))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(Error::Overlay(format!(
+        "cannot remove container {name} ({}): {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr).trim()
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(store: &Path) -> Config {
+        let env = berth_config::Env::default();
+        Config::from_parts(Some(store), &env, Default::default(), vec![]).unwrap()
+    }
+
+    #[test]
+    fn names_are_directory_names() {
+        for good in ["a", "job-1.x_y", "9lives"] {
+            assert!(validate_name(good).is_ok(), "{good}");
+        }
+        for bad in ["", ".hidden", "-x", "a/b", "..", "a b", &"x".repeat(129)] {
+            assert!(validate_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_container_keeps_its_image_and_is_listed_and_removed() {
+        let d = tempfile::tempdir().unwrap();
+        let c = config(d.path());
+        let dir = prepare(&c, "dev", "debian:12", "sha256:aaaa", IdMode::Identity).unwrap();
+        assert_eq!(dir, d.path().join("containers/dev"));
+        // Again with the same image: the same directory; the mode follows.
+        prepare(&c, "dev", "debian", "sha256:aaaa", IdMode::FakeRoot).unwrap();
+        let err = prepare(&c, "dev", "other", "sha256:bbbb", IdMode::Identity).unwrap_err();
+        assert!(
+            err.to_string().contains("was made from debian:12")
+                && err.to_string().contains("berth rm dev"),
+            "{err}"
+        );
+        let listed = list(&c).unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].record.mode, "fakeroot");
+        assert!(!listed[0].in_use);
+        // In use while a run holds it.
+        let held = File::open(&dir).unwrap();
+        held.try_lock().unwrap();
+        assert!(list(&c).unwrap()[0].in_use);
+        let err = remove(&c, "dev", Path::new("/nonexistent")).unwrap_err();
+        assert!(err.to_string().contains("in use"), "{err}");
+        drop(held);
+        // A work directory of mode 0, as overlayfs leaves it.
+        std::fs::create_dir_all(dir.join("work/work")).unwrap();
+        std::fs::write(dir.join("work/work/f"), "x").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            dir.join("work/work"),
+            std::fs::Permissions::from_mode(0o000),
+        )
+        .unwrap();
+        remove(&c, "dev", Path::new("/nonexistent")).unwrap();
+        assert!(!dir.exists());
+        let err = remove(&c, "dev", Path::new("/nonexistent")).unwrap_err();
+        assert!(err.to_string().contains("no container dev"), "{err}");
+    }
+}

@@ -87,9 +87,9 @@ pub enum Command {
     Build(BuildArgs),
     /// Give a stored image another name.
     Tag(TagArgs),
-    /// Write an image of the store to an oci-archive file (one berth did not build as one layer of its tree).
+    /// Write an image of the store to an oci-archive file (a built image with its layers, a pulled one with its own from the layer cache, any other as one layer of its tree).
     Save(SaveArgs),
-    /// Push an image of the store to a registry (one berth did not build goes as one layer of its tree).
+    /// Push an image of the store to a registry (a built image with its layers, a pulled one with its own from the layer cache, any other as one layer of its tree).
     Push(PushArgs),
     /// Print the shell completion script for bash, zsh or fish (source it, or install it where the shell looks).
     Completion(CompletionArgs),

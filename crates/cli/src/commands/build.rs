@@ -167,8 +167,16 @@ pub fn build(ctx: &Context, args: BuildArgs) -> Result<ExitCode> {
 
 /// `img` as the builder takes a base image: its tree, config and (where
 /// the store keeps all of them) layers.
-pub fn as_base(img: &StoredImage, blobs: &Blobs, name: &str) -> Result<BaseImage> {
+pub fn as_base(store: &Store, img: &StoredImage, blobs: &Blobs, name: &str) -> Result<BaseImage> {
     let cfg = ImageConfig::parse(&std::fs::read(img.config_path())?, name)?;
+    // A pulled base whose gzip layers the layer cache keeps: its own
+    // layers (linked into the blobs) under the build's, so the built image
+    // shares them with the registry it came from. (Built manifests name
+    // every layer gzip: other compressions go as one layer.)
+    let gzip = |t: &str| t.ends_with("tar.gzip") || t.ends_with("tar+gzip");
+    if !img.record.layers.is_empty() && img.record.layers.iter().all(|l| gzip(&l.media_type)) {
+        berth_image::store::original::original_manifest(store, img, blobs)?;
+    }
     let layers = img
         .record
         .layers
@@ -206,7 +214,7 @@ fn base_image(
         }
         Err(e) => return Err(e.into()),
     };
-    as_base(&img, blobs, name)
+    as_base(store, &img, blobs, name)
 }
 
 /// Runs `berth tag`.
@@ -219,7 +227,9 @@ pub fn tag(ctx: &Context, args: TagArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The manifest of an image berth built (its blobs are in the store).
+/// The manifest of an image: the one berth built, a pulled image's own
+/// (its layers from the layer cache), or one layer of its tree; its blobs
+/// are in the store's blob directory.
 pub fn local_manifest(
     store: &Store,
     img: &StoredImage,
@@ -232,17 +242,22 @@ pub fn local_manifest(
         .filter(|d| blobs.has(d))
         .map(|d| std::fs::read(blobs.path(d)))
         .transpose()?;
-    let bytes = match kept {
+    let original = match kept {
+        Some(_) => None,
+        None => berth_image::store::original::original_manifest(store, img, &blobs)?,
+    };
+    let bytes = match kept.or(original) {
         Some(bytes) => bytes,
-        // Pulled, imported or saved: only the squashfs file is kept. Its
-        // tree becomes one layer (made once per image).
+        // Imported or saved, or pulled without its layers in the layer
+        // cache: only the squashfs file is kept. Its tree becomes one
+        // layer (made once per image).
         None => {
             let name = img
                 .names
                 .first()
                 .cloned()
                 .unwrap_or_else(|| img.record.id.clone());
-            let base = as_base(img, &blobs, &name)?;
+            let base = as_base(store, img, &blobs, &name)?;
             eprintln!(
                 "berth: {name} keeps only its squashfs file: it goes as one layer of its tree"
             );
@@ -284,8 +299,8 @@ pub fn save(ctx: &Context, args: SaveArgs) -> Result<ExitCode> {
     let store = ctx.store(&config)?;
     let _blobs_in_use = store.hold_blobs()?;
     let img = store.find(&args.image)?;
-    let (blobs, _, _) = local_manifest(&store, &img)?;
-    let digest = img.record.manifest_digest.clone().unwrap_or_default();
+    let (blobs, manifest_bytes, _) = local_manifest(&store, &img)?;
+    let digest = berth_image::layer::sha256_digest(&manifest_bytes);
     let name = img.names.first().map(String::as_str);
     write_oci_archive(&args.output, &blobs, &digest, name)?;
     Ok(ExitCode::SUCCESS)

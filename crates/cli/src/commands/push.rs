@@ -1,7 +1,10 @@
 //! `berth push`: an image of the store to a registry: one berth built with
-//! its manifest, config and layers (in the store's blob directory), or any
-//! other (pulled, imported, saved) as one layer of its tree. Blobs the
-//! repository has are not sent again; the manifest goes last, by tag.
+//! its manifest, config and layers (in the store's blob directory), one
+//! pulled with its own config and layers (from the layer cache), any other
+//! (imported, saved, or pulled without its layers cached) as one layer of
+//! its tree. Blobs the repository has are not sent again, nor those a
+//! pulled image's own repository on the same registry lends (mounted
+//! across repositories); the manifest goes last, by tag.
 
 use std::process::ExitCode;
 
@@ -35,12 +38,19 @@ pub fn push(ctx: &Context, args: PushArgs) -> Result<ExitCode> {
     )?;
     let registry = Registry::new(&reference, options)?;
     registry.authenticate_push(&reference)?;
+    // A pulled image's repository on the same registry can lend its blobs.
+    let source = ImageRef::parse(&img.record.source).ok();
     let t0 = std::time::Instant::now();
     let (mut sent, mut skipped, mut bytes) = (0, 0, 0u64);
     for digest in manifest_blobs(&manifest) {
         let path = blobs.path(&digest);
         let size = std::fs::metadata(&path)?.len();
-        if registry.has_blob(&reference, &digest)? {
+        let mounted = || {
+            source
+                .as_ref()
+                .is_some_and(|from| registry.mount_blob(&reference, from, &digest))
+        };
+        if registry.has_blob(&reference, &digest)? || mounted() {
             skipped += 1;
             continue;
         }

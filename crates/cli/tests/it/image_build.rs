@@ -84,7 +84,8 @@ fn build_run_cache_push_and_pull_back() {
     );
     assert_eq!(again.stdout().trim(), id);
 
-    // Push; a second push sends nothing.
+    // Push; a second push sends nothing. The base's own layer (from the
+    // layer cache) is the image's first.
     let dest = format!("{}/berth-test/built-{}:1", env.anon(), std::process::id());
     let pushed = sb
         .run(&["push", "--tls-verify=false", "demo:1", &dest])
@@ -94,6 +95,20 @@ fn build_run_cache_push_and_pull_back() {
         "{}",
         pushed.stderr()
     );
+    let first_layer = |r: &str| -> String {
+        let out = std::process::Command::new("skopeo")
+            .args(["inspect", "--raw", "--tls-verify=false"])
+            .arg(format!("docker://{r}"))
+            .output()
+            .unwrap();
+        let m: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        m["layers"][0]["digest"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let base_ref = base.trim_start_matches("BASE=");
+    assert_eq!(first_layer(&dest), first_layer(base_ref));
     let again = sb
         .run(&["push", "--tls-verify=false", "demo:1", &dest])
         .ok();
@@ -287,7 +302,7 @@ CMD ["/w/uid.txt", "/w/copied.txt"]
     not(berth_it_env),
     ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
 )]
-fn pulled_and_saved_images_are_pushed_as_one_layer() {
+fn pulled_images_keep_their_layers_and_saved_ones_go_as_one() {
     let env = need_env!();
     let sb = Sandbox::new(env);
     let d = sb.debian();
@@ -304,26 +319,77 @@ fn pulled_and_saved_images_are_pushed_as_one_layer() {
         "echo kept > /saved.txt",
     ])
     .ok();
-    for (image, dest) in [
-        (d.as_str(), format!("{reg}/berth-test/pushed-pulled:1")),
-        ("saved/pushed:1", format!("{reg}/berth-test/pushed-saved:1")),
-    ] {
-        let out = sb.run(&["push", "--tls-verify=false", image, &dest]).ok();
-        assert!(out.stdout().starts_with("sha256:"), "{}", out.stdout());
-        assert!(
-            out.stderr().contains("one layer of its tree"),
-            "{}",
-            out.stderr()
-        );
-        // One layer, as skopeo sees it.
-        let inspect = std::process::Command::new("skopeo")
-            .args(["inspect", "--tls-verify=false"])
-            .arg(format!("docker://{dest}"))
+    let raw = |r: &str| -> serde_json::Value {
+        let out = std::process::Command::new("skopeo")
+            .args(["inspect", "--raw", "--tls-verify=false", r])
             .output()
             .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
-        assert_eq!(v["Layers"].as_array().map(Vec::len), Some(1), "{v}");
-    }
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let digests = |m: &serde_json::Value| -> Vec<String> {
+        m["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["digest"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // The pulled image goes with its own config and layers: the registry
+    // sees the digests every other tool sees, and lends them from the
+    // image's own repository (no blob is uploaded).
+    let dest = format!("{reg}/berth-test/pushed-pulled-{}:1", std::process::id());
+    let out = sb.run(&["push", "--tls-verify=false", &d, &dest]).ok();
+    assert!(
+        !out.stderr().contains("one layer of its tree") && out.stderr().contains(" 0 blobs sent"),
+        "{}",
+        out.stderr()
+    );
+    let (source, pushed) = (
+        raw(&format!("docker://{d}")),
+        raw(&format!("docker://{dest}")),
+    );
+    assert_eq!(digests(&pushed), digests(&source));
+    assert_eq!(pushed["config"]["digest"], source["config"]["digest"]);
+    // berth save writes the same layers into an oci-archive.
+    let archive = sb.dir.path().join("pulled.tar");
+    sb.run(&["save", &d, "-o", archive.to_str().unwrap()]).ok();
+    let saved = raw(&format!("oci-archive:{}", archive.display()));
+    assert_eq!(digests(&saved), digests(&source));
+    // The saved container goes as one layer of its tree.
+    let dest = format!("{reg}/berth-test/pushed-saved:1");
+    let out = sb
+        .run(&["push", "--tls-verify=false", "saved/pushed:1", &dest])
+        .ok();
+    assert!(out.stdout().starts_with("sha256:"), "{}", out.stdout());
+    assert!(
+        out.stderr().contains("one layer of its tree"),
+        "{}",
+        out.stderr()
+    );
+    assert_eq!(digests(&raw(&format!("docker://{dest}"))).len(), 1);
+    // So does a pulled image whose layers the store did not keep.
+    let bare = Sandbox::new(env);
+    let layers = format!("{reg}/berth-test/layers:latest");
+    bare.run(&["pull", "--tls-verify=false", "--no-layer-cache", &layers])
+        .ok();
+    let out = bare
+        .run(&[
+            "push",
+            "--tls-verify=false",
+            &layers,
+            &format!("{reg}/berth-test/pushed-bare:1"),
+        ])
+        .ok();
+    assert!(
+        out.stderr().contains("one layer of its tree"),
+        "{}",
+        out.stderr()
+    );
     // A fresh store pulls them back: the image's config and the saved file.
     let other = Sandbox::new(env);
     let pulled = format!("{reg}/berth-test/pushed-pulled:1");

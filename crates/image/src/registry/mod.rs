@@ -284,6 +284,26 @@ impl Registry {
         })
     }
 
+    /// Asks the registry to link the blob `digest` of repository `from`
+    /// (on the same registry) into `reference`'s, so that it need not be
+    /// uploaded (a cross-repository mount); whether it did. A registry that
+    /// will not (or a token without pull access to `from`) says so by
+    /// starting an upload instead, which is left to expire.
+    pub fn mount_blob(&self, reference: &ImageRef, from: &ImageRef, digest: &str) -> bool {
+        if from.registry() != reference.registry() || from.repository() == reference.repository() {
+            return false;
+        }
+        let result = self.rt.block_on(self.client.mount_blob(
+            reference.as_oci(),
+            from.as_oci(),
+            digest,
+        ));
+        if let Err(e) = &result {
+            tracing::debug!("{digest}: no mount from {}: {e}", from.repository());
+        }
+        result.is_ok()
+    }
+
     /// Uploads the blob in `path` (its digest `digest`), streaming it in
     /// chunks; a failed upload starts over (registries do not resume one
     /// upload session across failures).

@@ -28,12 +28,14 @@
 //! - [`blobs`]: the blob directory.
 //! - [`build_cache`]: the build cache's entries.
 //! - [`prune`]: what `berth prune` removes and what it keeps.
+//! - [`original`]: a pulled image's own manifest again, for push and save.
 
 pub mod blobs;
 pub mod build_cache;
 pub mod layer_cache;
 mod locks;
 mod lookup;
+pub mod original;
 pub mod prune;
 mod records;
 mod trust;

@@ -106,6 +106,7 @@ fn sandbox_exec(
             workdir,
             confined: false,
             hidden: None,
+            own_ipc: false,
         };
         rootfs::assemble(k, &plan).map_err(|e| e.to_string())?;
         fs::create_dir_all(workdir).map_err(|e| format!("working directory {workdir}: {e}"))?;

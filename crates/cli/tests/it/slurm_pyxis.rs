@@ -365,22 +365,21 @@ fn pyxis_unshare_gives_the_nodes_tasks_their_own_namespaces() {
     // Without it, the host's (the "no --container-unshare" tests).
     let out = srun(&sb, &[], &[&img, "sh", "-c", show]).ok();
     assert_eq!(out.stdout().trim(), host_ns.replace('\n', " "));
-    // The network: loopback only; the IPC namespace: its own /dev/shm; the
-    // UTS namespace: root inside sets the hostname, the node's stays.
+    // The network: loopback only; the IPC namespace: its own /dev/shm and
+    // /dev/mqueue; the UTS namespace: root inside sets the hostname, the
+    // node's stays.
     let probe =
         "bash -c 'echo > /dev/tcp/127.0.0.1/65535' 2>&1 | grep -o -m1 'Connection refused'; \
         bash -c 'echo > /dev/tcp/8.8.8.8/53' 2>&1 | grep -o -m1 'Network is unreachable'; \
-        stat -c %d /dev/shm; hostname container-test && hostname";
+        stat -c %d /dev/shm; stat -c %d /dev/mqueue; hostname container-test && hostname";
     let out = srun(
         &sb,
         &[("PYXIS_CONTAINER_UNSHARE", "net,ipc,uts")],
         &[&img, "--container-remap-root", "sh", "-c", probe],
     )
     .ok();
-    let shm = std::fs::metadata("/dev/shm").map(|m| {
-        use std::os::unix::fs::MetadataExt;
-        m.dev()
-    });
+    use std::os::unix::fs::MetadataExt;
+    let dev_of = |p: &str| std::fs::metadata(p).ok().map(|m| m.dev().to_string());
     let text = out.stdout();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(
@@ -394,12 +393,10 @@ fn pyxis_unshare_gives_the_nodes_tasks_their_own_namespaces() {
         Some("Network is unreachable"),
         "{text}"
     );
-    assert_ne!(
-        lines.get(2).map(|d| d.to_string()),
-        shm.ok().map(|d| d.to_string()),
-        "{text}"
-    );
-    assert_eq!(lines.get(3).copied(), Some("container-test"), "{text}");
+    for (i, host) in [(2, "/dev/shm"), (3, "/dev/mqueue")] {
+        assert_ne!(lines.get(i).map(|d| d.to_string()), dev_of(host), "{text}");
+    }
+    assert_eq!(lines.get(4).copied(), Some("container-test"), "{text}");
     assert_ne!(
         std::fs::read_to_string("/proc/sys/kernel/hostname")
             .unwrap()

@@ -203,9 +203,11 @@ impl RunSpec {
         let Some(t) = &self.template else {
             return false;
         };
+        // The prepared root's /dev has the host's /dev/mqueue.
         !self.writable
             && self.overlay.is_none()
             && !self.pid_ns
+            && !self.ipc_ns
             && !self.extra_binds.iter().any(|b| {
                 t.binds.iter().any(|tb| {
                     let under = tb.target.strip_prefix(&b.target);
@@ -387,6 +389,11 @@ pub fn build(
     if spec.net_none {
         flags |= UnshareFlags::NEWNET;
     }
+    // In the keeper's user namespace, whose capabilities mount the IPC
+    // namespace's own mqueue file system on /dev/mqueue.
+    if spec.ipc_ns {
+        flags |= UnshareFlags::NEWIPC;
+    }
     k.unshare(flags)
         .map_err(|e| Error::sys("unshare the container's namespaces", None, e))?;
     if spec.net_none {
@@ -443,6 +450,7 @@ pub fn build(
             workdir: spec.process.workdir_to_create(),
             confined: spec.identity.mode == IdMode::HostRoot,
             hidden: hidden.as_deref(),
+            own_ipc: spec.ipc_ns,
         };
         rootfs::assemble(k, &plan)?;
     }
@@ -467,7 +475,7 @@ pub fn build(
         ))
     })?;
     become_user(k, spec, lease)?;
-    own_ipc_and_uts(k, spec)?;
+    own_uts(k, spec)?;
     k.set_no_new_privs()
         .map_err(|e| Error::sys("set no_new_privs", None, e))?;
     // startContainer hooks run in the container, their paths the image's.
@@ -489,22 +497,15 @@ fn set_all(env: &mut Vec<(String, String)>, vars: Vec<(String, String)>) {
     }
 }
 
-/// The container's own IPC and UTS namespaces, when asked: made in the
-/// user namespace the command runs in (still with its capabilities there,
+/// The container's own UTS namespace, when asked: made in the user
+/// namespace the command runs in (still with its capabilities there,
 /// before `exec`), so that root inside may set the hostname.
-fn own_ipc_and_uts(k: &dyn Kernel, spec: &RunSpec) -> Result<()> {
-    let mut flags = UnshareFlags::empty();
-    if spec.ipc_ns {
-        flags |= UnshareFlags::NEWIPC;
-    }
-    if spec.uts_ns {
-        flags |= UnshareFlags::NEWUTS;
-    }
-    if flags.is_empty() {
+fn own_uts(k: &dyn Kernel, spec: &RunSpec) -> Result<()> {
+    if !spec.uts_ns {
         return Ok(());
     }
-    k.unshare(flags)
-        .map_err(|e| Error::sys("unshare the IPC and UTS namespaces", None, e))
+    k.unshare(UnshareFlags::NEWUTS)
+        .map_err(|e| Error::sys("unshare the UTS namespace", None, e))
 }
 
 /// Leaves root of the keeper's user namespace for the container's user.

@@ -85,6 +85,7 @@ pub(super) fn start_prepared_root(
                     group_line: template.group_line.as_deref(),
                     workdir: "/",
                     hidden,
+                    own_ipc: false,
                 };
                 rootfs::prepare(k, &plan).map(drop)
             })();

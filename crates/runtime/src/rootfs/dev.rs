@@ -25,7 +25,12 @@ pub const DEV_READ_ONLY: MountFlags = libc::MS_REMOUNT
 
 /// Mounts the minimal /dev of `profile` under `root`; returns the
 /// descriptor of the new /dev (for its read-only remount).
-pub fn populate(k: &dyn Kernel, root: &OwnedFd, profile: Profile) -> Result<OwnedFd> {
+pub fn populate(
+    k: &dyn Kernel,
+    root: &OwnedFd,
+    profile: Profile,
+    own_ipc: bool,
+) -> Result<OwnedFd> {
     let under = resolve_target(k, root, "/dev", TargetKind::Dir)?;
     k.mount(
         Some(Path::new("berth-dev")),
@@ -69,7 +74,18 @@ pub fn populate(k: &dyn Kernel, root: &OwnedFd, profile: Profile) -> Result<Owne
                 bind(k, Path::new("/dev/shm"), root, "/dev/shm", how)?;
             }
             let mqueue = Path::new("/dev/mqueue");
-            if mqueue.is_dir() {
+            if own_ipc {
+                // The IPC namespace's own POSIX message queues.
+                let at = resolve_target(k, root, "/dev/mqueue", TargetKind::Dir)?;
+                k.mount(
+                    Some(Path::new("mqueue")),
+                    &fd_path(&at),
+                    Some("mqueue"),
+                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    None,
+                )
+                .map_err(|e| Error::sys("mount mqueue on", Some(mqueue.into()), e))?;
+            } else if mqueue.is_dir() {
                 let how = BindHow {
                     recursive: false,
                     ..BindHow::dir(false)

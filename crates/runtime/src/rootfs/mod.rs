@@ -124,6 +124,9 @@ pub struct RootfsPlan<'a> {
     /// A directory to hide wherever a bind shows it (berth's runtime
     /// directory, canonical).
     pub hidden: Option<&'a Path>,
+    /// The container has its own IPC namespace (made in the current user
+    /// namespace): /dev/mqueue is its own mqueue, not the host's.
+    pub own_ipc: bool,
 }
 
 /// Builds the root file system and pivots into it. Runs in the container's
@@ -168,7 +171,7 @@ pub fn prepare(k: &dyn Kernel, plan: &RootfsPlan<'_>) -> Result<PathBuf> {
     if plan.confined {
         confine::confine(k, &root_fd)?;
     }
-    let dev = dev::populate(k, &root_fd, plan.profile)?;
+    let dev = dev::populate(k, &root_fd, plan.profile, plan.own_ipc)?;
 
     // Identity and name resolution.
     let mut etc_files: Vec<(&str, PathBuf)> = Vec::new();

@@ -84,6 +84,7 @@ fn plan<'a>(s: &'a Scene, binds: &'a [Bind]) -> RootfsPlan<'a> {
         workdir: "/work",
         confined: false,
         hidden: None,
+        own_ipc: false,
     }
 }
 
@@ -181,6 +182,18 @@ fn binds_get_nosuid_and_nodev_and_devices_keep_theirs() {
     // /sys too.
     let sys_remount = on("in-root:/sys")[1];
     assert_ne!(sys_remount & libc::MS_RDONLY, 0);
+}
+
+#[test]
+fn an_own_ipc_namespace_gets_its_own_mqueue() {
+    let s = Scene::new();
+    let k = prepared(&s, &[], |p| p.own_ipc = true);
+    let m = mounts(&k);
+    assert!(
+        m.iter()
+            .any(|(t, _, f)| t == "in-root:/dev/mqueue" && f.as_deref() == Some("mqueue")),
+        "{m:?}"
+    );
 }
 
 #[test]
@@ -331,6 +344,7 @@ fn a_build_step_gets_a_writable_root_its_own_shm_and_no_identity_files() {
         workdir: "/",
         confined: false,
         hidden: None,
+        own_ipc: false,
     };
     assemble(&k, &p).unwrap();
     let m = mounts(&k);

@@ -84,16 +84,16 @@ fn join_container(k: &dyn Kernel, args: &[String]) -> Result<Anchor> {
     k.setns(mntns.as_fd(), Namespace::Mount)
         .map_err(|e| Error::sys("join the container's mount namespace", None, e))?;
     drop(mntns);
-    // The network namespace belongs to the keeper's user namespace, IPC
-    // and UTS to the container's: each is joined where the anchor holds
-    // the capability to.
-    join_own(k, &own, |kind| kind == Namespace::Net)?;
+    // The network and IPC namespaces belong to the keeper's user
+    // namespace, UTS to the container's: each is joined where the anchor
+    // holds the capability to.
+    join_own(k, &own, super::of_keeper)?;
     if userns != "-" {
         let ns = take(userns)?;
         k.setns(ns.as_fd(), Namespace::User)
             .map_err(|e| Error::sys("join the container's user namespace", None, e))?;
     }
-    join_own(k, &own, |kind| kind != Namespace::Net)?;
+    join_own(k, &own, |kind| !super::of_keeper(kind))?;
     let _ = std::env::set_current_dir("/");
     Ok(anchor)
 }

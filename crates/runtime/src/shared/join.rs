@@ -93,13 +93,13 @@ fn enter_and_exec(k: &dyn Kernel, entry: Entry, job: &Process) -> Result<std::co
     }
     k.setns(entry.mntns.as_fd(), Namespace::Mount)
         .map_err(|e| Error::sys("join the container's mount namespace", None, e))?;
-    // Its network namespace belongs to the keeper's user namespace, its
-    // IPC and UTS ones to the container's (see container::build).
-    let join_own = |net: bool| -> Result<()> {
+    // Its network and IPC namespaces belong to the keeper's user
+    // namespace, its UTS one to the container's (see container::build).
+    let join_own = |outer: bool| -> Result<()> {
         for (kind, fd) in entry
             .own
             .iter()
-            .filter(|(k, _)| (*k == Namespace::Net) == net)
+            .filter(|(k, _)| super::of_keeper(*k) == outer)
         {
             k.setns(fd.as_fd(), *kind)
                 .map_err(|e| Error::sys("join the container's namespace", None, e))?;

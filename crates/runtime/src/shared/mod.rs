@@ -89,6 +89,16 @@ pub fn own_namespaces(spec: &RunSpec) -> Vec<(crate::sys::Namespace, &'static st
     out
 }
 
+/// Whether a container's own namespace of `kind` belongs to the keeper's
+/// user namespace (network, IPC: made with the container's mount
+/// namespace) rather than to the container's nested one (UTS).
+pub(crate) fn of_keeper(kind: crate::sys::Namespace) -> bool {
+    matches!(
+        kind,
+        crate::sys::Namespace::Net | crate::sys::Namespace::Ipc
+    )
+}
+
 /// A shared container that is alive, as `berth ps` shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Listed {

@@ -248,6 +248,11 @@ fn pid_and_network_namespaces() {
         .ok()
         .stdout();
     assert_eq!(out, "1\nlo:\n");
+    // An IPC namespace of its own: its own /dev/shm and POSIX message
+    // queues (a fresh mqueue at /dev/mqueue, whatever the host has).
+    let show = "grep -E ' /dev/(shm|mqueue) ' /proc/self/mountinfo | sed 's/.* - //' | cut -d' ' -f1 | sort -u | tr '\\n' ' '";
+    let out = sb.sh(&img, &["--unshare", "ipc"], show).ok().stdout();
+    assert_eq!(out, "mqueue tmpfs ", "{out}");
 }
 
 #[test]

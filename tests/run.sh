@@ -39,6 +39,13 @@ BERTH_IT_REQUIRED=1 cargo test --workspace --locked 2>&1 | tee "$log" || status=
 echo "== cargo test, the run tests with the fallbacks forced (BERTH_IT_FALLBACKS)"
 BERTH_IT_REQUIRED=1 BERTH_IT_FALLBACKS=1 cargo test -p berth --test it --locked -- runtime_run:: 2>&1 \
     | tee -a "$log" || status=$?
+# Named containers of global scope: the cluster again with
+# container_scope=global in plugstack.conf, their tests, then as it was.
+echo "== cargo test, the Slurm tests with container_scope=global"
+BERTH_SPANK_ARGS=container_scope=global bash tests/setup/slurm_plugin.sh target/debug
+BERTH_IT_REQUIRED=1 cargo test -p berth --test it --locked -- --ignored slurm_global:: 2>&1 \
+    | tee -a "$log" || status=$?
+bash tests/setup/slurm_plugin.sh target/debug
 # One closing line for the whole suite (cargo prints one per test binary,
 # the last of which is a doc-test binary with nothing in it).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) n += $i } }

@@ -302,14 +302,12 @@ pub struct RunArgs {
     /// With --shared: keep the container this long after its last task left, for tasks still to come.
     #[arg(long, value_name = "SECONDS", default_value_t = 0, requires = "shared")]
     pub linger: u64,
-    /// With --shared: which running container under KEY to join: same (one made from the same image with the same options, else it is refused), any (whatever runs, as it is), existing (whatever runs; never create one, and give no IMAGE), new (refused if one runs).
-    #[arg(
-        long,
-        value_name = "same|any|existing|new",
-        default_value = "same",
-        requires = "shared"
-    )]
+    /// With --shared: which running container under KEY to join: same (one made from the same image with the same options, else it is refused), any (whatever runs, as it is), existing (whatever runs; never create one, and give no IMAGE), new (refused if one runs). With --name: same (IMAGE must be the container's), any (an existing container keeps its own image), existing (it must exist; give no IMAGE), new (it must not exist).
+    #[arg(long, value_name = "same|any|existing|new", default_value = "same")]
     pub reuse: String,
+    /// With --name: stack the named container's changes read-only (the Slurm plugin's several tasks of a node).
+    #[arg(long, hide = true, requires = "name")]
+    pub name_readonly: bool,
     /// Pass the whole host environment below the image's ENV (the image's values win; PATH, LD_LIBRARY_PATH, LD_PRELOAD, HOME, LANG, LANGUAGE and LC_ALL are not passed; -e NAME takes the host's value over the image's): the Slurm plugin's policy, as Pyxis's.
     #[arg(long)]
     pub env_below_image: bool,

@@ -99,6 +99,15 @@ pub fn security_options(opts: &[String], mode: IdMode) -> Result<Seccomp> {
 }
 
 /// Resolves `req` for `caller` under `config`. `trust_cache: false`
+/// The image a named container's run takes instead of the request's
+/// (`--reuse existing|any`, see [`named::image_of`]).
+fn named_image(config: &Config, req: &RunRequest) -> Result<Option<String>> {
+    match (&req.name, req.rm, &req.shared) {
+        (Some(name), false, None) => named::image_of(config, name, req.name_reuse),
+        _ => Ok(None),
+    }
+}
+
 /// ignores the node's copy of the image's record.
 pub fn prepare(
     config: &Config,
@@ -118,6 +127,18 @@ pub fn prepare(
                 ..req.clone()
             };
             &owned
+        }
+        None => req,
+    };
+    // A named container may run its own image.
+    let owned_named;
+    let req = match named_image(config, req)? {
+        Some(image) => {
+            owned_named = RunRequest {
+                image,
+                ..req.clone()
+            };
+            &owned_named
         }
         None => req,
     };
@@ -237,13 +258,11 @@ pub fn prepare(
                     "--name keeps the container's changes under its name: give --name or --overlay DIR, not both (--name with --rm keeps nothing)".into(),
                 ));
             }
-            Some(named::prepare(
-                config,
-                name,
-                &req.image,
-                &img.record.id,
-                mode,
-            )?)
+            let dir = named::prepare(config, name, &req.image, &img.record.id, mode)?;
+            Some(match req.name_readonly {
+                true => format!("{}:ro", dir.display()),
+                false => dir.display().to_string(),
+            })
         }
         _ => None,
     };
@@ -258,7 +277,7 @@ pub fn prepare(
     let overlay_spec = req
         .overlay
         .clone()
-        .or_else(|| named_dir.as_ref().map(|d| d.display().to_string()))
+        .or_else(|| named_dir.clone())
         .or_else(|| temporary.as_ref().map(|t| t.display().to_string()));
     let claimed = overlay_spec
         .as_deref()

@@ -9,6 +9,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use berth_config::Config;
+use berth_runtime::shared::Reuse;
 use berth_runtime::IdMode;
 use serde::{Deserialize, Serialize};
 
@@ -113,7 +114,31 @@ pub fn prepare(
         }
         Err(e) => return Err(e),
     }
+    // A container stacked read-only before any run wrote to it.
+    for d in ["upper", "work"] {
+        private_dir(&dir.join(d))?;
+    }
     Ok(dir)
+}
+
+/// The image a run of named container `name` runs, when not the one the
+/// request gives: the container's own for `existing` (which must exist)
+/// and for `any` when it exists; `new` refuses an existing container.
+pub fn image_of(config: &Config, name: &str, reuse: Reuse) -> Result<Option<String>> {
+    validate_name(name)?;
+    let dir = containers_dir(config).join(name);
+    let record = dir.join(RECORD).exists().then(|| read(&dir)).transpose()?;
+    match (reuse, record) {
+        (Reuse::Existing, None) => Err(Error::Usage(format!(
+            "no container {name} in the store {} (berth ps -a lists them); give an image to make it",
+            config.store.display()
+        ))),
+        (Reuse::New, Some(_)) => Err(Error::Usage(format!(
+            "container {name} exists already: remove it first (berth rm {name}), or let it be used (not :create)"
+        ))),
+        (Reuse::Existing | Reuse::Any, Some(r)) => Ok(Some(r.image_id)),
+        _ => Ok(None),
+    }
 }
 
 /// The first 12 hex digits of an id.

@@ -72,6 +72,13 @@ pub struct RunRequest {
     pub name: Option<String>,
     /// `--rm`: a named container's changes are not kept.
     pub rm: bool,
+    /// `--reuse` for a named container: same (the image must be the
+    /// container's), any (an existing container's own image wins, as in
+    /// Pyxis), existing (it must exist; no image given), new (it must not).
+    pub name_reuse: berth_runtime::shared::Reuse,
+    /// `--name-readonly`: the named container's changes stacked read-only
+    /// (several tasks of a Slurm step on one node share it so).
+    pub name_readonly: bool,
     /// `--shared KEY --linger SECONDS`.
     pub shared: Option<SharedRequest>,
     /// Look up a missing absolute command by its base name (the Slurm

@@ -124,6 +124,29 @@ pub struct Task {
     /// on one host (Slurm's multiple-slurmd mode, the test cluster) have
     /// their containers apart.
     pub node: Option<String>,
+    /// The step has more than one task on this node.
+    pub several_on_node: bool,
+}
+
+/// How the site keeps named containers (plugstack.conf).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NamedSite {
+    /// `named_linger=`: seconds a job's named container stays after its
+    /// last task (the job's end removes it earlier).
+    pub linger: u64,
+    /// `container_scope=global`: named containers outlive their job, as
+    /// berth's named containers (`berth run --name`) in the user's store.
+    pub global: bool,
+}
+
+impl NamedSite {
+    /// Named containers of the job (`container_scope=job`, the default).
+    pub const fn job(linger: u64) -> Self {
+        NamedSite {
+            linger,
+            global: false,
+        }
+    }
 }
 
 /// A comma-separated list; an empty item (`A,,B`, `A,`) is an error.
@@ -310,14 +333,14 @@ pub fn key(opts: &Options, task: &Task) -> String {
 /// the image as resolved for the job (its id; `None` for a step that names
 /// a container but no image: it joins the container as it runs),
 /// `extra_binds` binds the step needs (the batch script's directory),
-/// `named_linger` the seconds a named container stays after its last task.
+/// `named` how the site keeps named containers.
 pub fn berth_argv(
     berth: &str,
     opts: &Options,
     image: Option<&str>,
     task: &Task,
     extra_binds: &[String],
-    named_linger: u64,
+    named: NamedSite,
 ) -> Vec<String> {
     let mut a: Vec<String> = vec![
         berth.into(),
@@ -325,8 +348,14 @@ pub fn berth_argv(
         "--argv0-fallback".into(),
         "--env-below-image".into(),
     ];
+    // A named container of global scope is berth's named container in the
+    // user's store, each task's own (several tasks of a node stack it
+    // read-only); of the job's scope, a shared container of the node.
+    let global = opts.name.as_ref().filter(|_| named.global);
     // A saved container is the task's own: a shared one outlives it.
-    let shared = (opts.mode == Mode::Shared || opts.name.is_some()) && opts.save.is_none();
+    let shared = (opts.mode == Mode::Shared || opts.name.is_some())
+        && opts.save.is_none()
+        && global.is_none();
     // A named container is joined as it runs (Pyxis's auto): its image and
     // options are those it was made with.
     let reuse = match (image, opts.name_flag) {
@@ -338,8 +367,19 @@ pub fn berth_argv(
         a.push("--shared".into());
         a.push(key(opts, task));
         if opts.name.is_some() {
-            a.extend(["--linger".into(), named_linger.to_string()]);
+            a.extend(["--linger".into(), named.linger.to_string()]);
             a.extend(["--reuse".into(), reuse.into()]);
+        }
+    }
+    if let Some(name) = global {
+        a.extend([
+            "--name".into(),
+            name.clone(),
+            "--reuse".into(),
+            reuse.into(),
+        ]);
+        if task.several_on_node {
+            a.push("--name-readonly".into());
         }
     }
     // An environment file says whether the entrypoint runs (by default
@@ -417,7 +457,7 @@ pub fn berth_argv(
                 .into_iter()
                 .flat_map(|i| ["--image".to_string(), i.to_string()]),
         );
-    } else if reuse != "existing" || !shared {
+    } else if reuse != "existing" || !(shared || global.is_some()) {
         a.extend(image.map(str::to_string));
     }
     a.extend(task.argv.iter().cloned());

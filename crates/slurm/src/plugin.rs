@@ -37,6 +37,8 @@ const INTERACTIVE_STEP: u32 = 0xffff_fffa;
 struct BerthPlugin {
     berth: String,
     named_linger: u64,
+    /// `container_scope=global`: named containers outlive the job.
+    global_names: bool,
     /// Site modules every batch script's container gets
     /// (`batch_modules=` in plugstack.conf): the host's Slurm client, so
     /// that an srun in the script starts the job's steps.
@@ -220,6 +222,17 @@ unsafe impl Plugin for BerthPlugin {
                         .map(str::to_string)
                         .collect()
                 }
+                Some(("container_scope", scope)) => {
+                    self.global_names = match scope {
+                        "job" => false,
+                        "global" => true,
+                        other => {
+                            return Err(fail(format!(
+                                "berth plugin: container_scope={other}: use job or global"
+                            )))
+                        }
+                    }
+                }
                 Some(("named_linger", s)) => {
                     self.named_linger = s
                         .parse()
@@ -230,7 +243,7 @@ unsafe impl Plugin for BerthPlugin {
                         .unwrap_or(Ok(()))
                         .map_err(fail)?
                 }
-                _ => return Err(fail(format!("berth plugin: unknown argument {arg:?} in plugstack.conf (berth=PATH, named_linger=SECONDS, batch_modules=NAME,..., writable=yes|no, mount_home=yes|no, remap_root=yes|no)"))),
+                _ => return Err(fail(format!("berth plugin: unknown argument {arg:?} in plugstack.conf (berth=PATH, named_linger=SECONDS, container_scope=job|global, batch_modules=NAME,..., writable=yes|no, mount_home=yes|no, remap_root=yes|no)"))),
             }
         }
         if matches!(spank.context()?, Context::Slurmd | Context::JobScript) {
@@ -303,6 +316,8 @@ unsafe impl Plugin for BerthPlugin {
             (None, Some(edf)) if var(EDF_VAR).as_ref() == Some(edf) => var(IMAGE_VAR),
             (None, _) => None,
         };
+        let several_on_node =
+            var("SLURM_STEP_TASKS_PER_NODE").is_some_and(|n| several_per_node(&n));
         // Each task saves its own container: two on a node would write
         // one file.
         if let (Some(path), Some(per_node)) = (&opts.save, var("SLURM_STEP_TASKS_PER_NODE")) {
@@ -358,6 +373,7 @@ unsafe impl Plugin for BerthPlugin {
                 .iter()
                 .find(|(k, _)| k == "SLURMD_NODENAME")
                 .map(|(_, v)| v.clone()),
+            several_on_node,
         };
         if opts.name.is_some() {
             note_state_dir(&env, task.job_id);
@@ -368,7 +384,10 @@ unsafe impl Plugin for BerthPlugin {
             image.as_deref(),
             &task,
             &extra,
-            self.named_linger,
+            options::NamedSite {
+                linger: self.named_linger,
+                global: self.global_names,
+            },
         );
         // Slurm 22.05 has no spank_prepend_task_argv: the task becomes
         // berth here, with the environment Slurm built for it (PMI

@@ -46,8 +46,16 @@ pub fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
     let mut req = request(&image, &args.container);
     req.entrypoint = args.entrypoint;
     req.args = command;
+    if reuse != Reuse::Same && args.shared.is_none() && args.name.is_none() {
+        return finish(Err(anyhow!(
+            "--reuse {} is for a shared (--shared) or named (--name) container",
+            args.reuse
+        )));
+    }
     req.name = args.name;
     req.rm = args.rm;
+    req.name_reuse = reuse;
+    req.name_readonly = args.name_readonly;
     req.shared = args.shared.map(|key| SharedRequest {
         key,
         linger: Duration::from_secs(args.linger),

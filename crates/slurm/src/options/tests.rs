@@ -7,14 +7,27 @@ fn task(step: Step) -> Task {
         argv: vec!["/usr/bin/hostname".into(), "-s".into()],
         cwd: None,
         node: None,
+        several_on_node: false,
     }
+}
+
+/// The command line with the job's scope for named containers, joined.
+fn joined(o: &Options, image: Option<&str>, t: &Task) -> String {
+    berth_argv("b", o, image, t, &[], NamedSite::job(0)).join(" ")
 }
 
 #[test]
 fn defaults_are_pyxis_defaults_and_shared_mode() {
     let mut o = Options::default();
     apply(&mut o, "container-image", Some("reg:5000/x:1")).unwrap();
-    let a = berth_argv("/b", &o, Some("sha256:ab"), &task(Step::Id(3)), &[], 9);
+    let a = berth_argv(
+        "/b",
+        &o,
+        Some("sha256:ab"),
+        &task(Step::Id(3)),
+        &[],
+        NamedSite::job(9),
+    );
     assert_eq!(
         a,
         [
@@ -60,7 +73,7 @@ fn every_option_maps() {
         Some("img"),
         &task(Step::Batch),
         &["/spool:/spool:ro".into()],
-        60,
+        NamedSite::job(60),
     )
     .join(" ");
     assert_eq!(
@@ -74,16 +87,16 @@ fn the_images_workdir_unless_one_is_named_or_a_batch_script() {
     let mut o = Options::default();
     let mut t = task(Step::Id(1));
     t.cwd = Some("/home/u/run".into());
-    let a = berth_argv("b", &o, Some("img"), &t, &[], 0).join(" ");
+    let a = berth_argv("b", &o, Some("img"), &t, &[], NamedSite::job(0)).join(" ");
     assert!(
         a.contains(" --workdir-image ") && !a.contains(" -w "),
         "{a}"
     );
     t.step = Step::Batch;
-    let a = berth_argv("b", &o, Some("img"), &t, &[], 0).join(" ");
+    let a = berth_argv("b", &o, Some("img"), &t, &[], NamedSite::job(0)).join(" ");
     assert!(a.contains(" -w /home/u/run "), "{a}");
     apply(&mut o, "container-workdir", Some("/w")).unwrap();
-    let a = berth_argv("b", &o, Some("img"), &t, &[], 0).join(" ");
+    let a = berth_argv("b", &o, Some("img"), &t, &[], NamedSite::job(0)).join(" ");
     assert!(a.contains(" -w /w ") && !a.contains("/home/u/run"), "{a}");
     for (given, dir) in [("../", "/"), ("usr/../bin", "/bin"), ("/a/./b/", "/a/b")] {
         apply(&mut o, "container-workdir", Some(given)).unwrap();
@@ -96,24 +109,49 @@ fn named_containers_are_joined_as_they_run() {
     let mut o = Options::default();
     apply(&mut o, "container-name", Some("dev")).unwrap();
     let t = task(Step::Id(2));
-    let a = berth_argv("b", &o, None, &t, &[], 5).join(" ");
+    let a = berth_argv("b", &o, None, &t, &[], NamedSite::job(5)).join(" ");
     assert!(
         a.contains("--shared slurm-42-dev --linger 5 --reuse existing")
             && a.ends_with("--workdir-image /usr/bin/hostname -s"),
         "{a}"
     );
-    let a = berth_argv("b", &o, Some("img"), &t, &[], 5).join(" ");
+    let a = berth_argv("b", &o, Some("img"), &t, &[], NamedSite::job(5)).join(" ");
     assert!(
         a.contains("--reuse any") && a.contains(" img /usr/bin/hostname"),
         "{a}"
     );
     apply(&mut o, "container-name", Some("dev:create")).unwrap();
-    let a = berth_argv("b", &o, Some("img"), &t, &[], 5).join(" ");
+    let a = berth_argv("b", &o, Some("img"), &t, &[], NamedSite::job(5)).join(" ");
     assert!(a.contains("--reuse new"), "{a}");
     apply(&mut o, "container-name", Some("dev:exec")).unwrap();
-    let a = berth_argv("b", &o, Some("img"), &t, &[], 5).join(" ");
+    let a = berth_argv("b", &o, Some("img"), &t, &[], NamedSite::job(5)).join(" ");
     assert!(
         a.contains("--reuse existing") && !a.contains(" img "),
+        "{a}"
+    );
+}
+
+#[test]
+fn global_named_containers_are_berths_named_containers() {
+    let global = NamedSite {
+        linger: 5,
+        global: true,
+    };
+    let mut o = Options::default();
+    apply(&mut o, "container-name", Some("dev")).unwrap();
+    let mut t = task(Step::Id(2));
+    let a = berth_argv("b", &o, Some("img"), &t, &[], global).join(" ");
+    assert!(
+        a.contains("--name dev --reuse any") && !a.contains("--shared") && a.contains(" img "),
+        "{a}"
+    );
+    // Without an image: the container's own; several tasks of a node
+    // stack it read-only.
+    t.several_on_node = true;
+    let a = berth_argv("b", &o, None, &t, &[], global).join(" ");
+    assert!(
+        a.contains("--name dev --reuse existing --name-readonly")
+            && a.ends_with("--workdir-image /usr/bin/hostname -s"),
         "{a}"
     );
 }
@@ -137,7 +175,14 @@ fn roots_home_is_the_users_home_under_remap_root() {
 fn per_task_mode_and_keys() {
     let mut o = Options::default();
     apply(&mut o, "container-mode", Some("per-task")).unwrap();
-    let a = berth_argv("b", &o, Some("img"), &task(Step::Id(0)), &[], 0);
+    let a = berth_argv(
+        "b",
+        &o,
+        Some("img"),
+        &task(Step::Id(0)),
+        &[],
+        NamedSite::job(0),
+    );
     assert!(!a.contains(&"--shared".to_string()));
     assert_eq!(key(&o, &task(Step::Batch)), "slurm-42.batch");
     let mut on = task(Step::Id(7));
@@ -172,7 +217,7 @@ fn bad_values_say_why() {
 fn an_environment_file_names_the_image_and_the_entrypoint() {
     let mut o = Options::default();
     apply(&mut o, "environment", Some("pt")).unwrap();
-    let a = berth_argv("b", &o, Some("sha256:1"), &task(Step::Id(0)), &[], 0).join(" ");
+    let a = joined(&o, Some("sha256:1"), &task(Step::Id(0)));
     assert!(
         a.contains("--environment pt --image sha256:1 ") && !a.contains("--entrypoint"),
         "{a}"
@@ -183,7 +228,7 @@ fn an_environment_file_names_the_image_and_the_entrypoint() {
 fn a_saved_container_is_the_task_s_own() {
     let mut o = Options::default();
     apply(&mut o, "container-save", Some("out.sqsh")).unwrap();
-    let a = berth_argv("b", &o, Some("img"), &task(Step::Id(0)), &[], 0).join(" ");
+    let a = joined(&o, Some("img"), &task(Step::Id(0)));
     assert!(
         a.contains("--save ./out.sqsh") && !a.contains("--shared"),
         "{a}"

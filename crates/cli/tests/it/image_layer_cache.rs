@@ -187,6 +187,39 @@ fn layers_are_downloaded_at_once_and_shared_through_the_cache() {
     not(berth_it_env),
     ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
 )]
+fn two_pulls_at_once_download_a_shared_layer_once() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    config(&sb, "max_connections = 8\n");
+    // Each blob GET waits a second: the two pulls overlap.
+    let proxy = Proxy::start_stalling(&sb, "slow", 0, 1.0);
+    let s = store(&sb, "both");
+    let pulls = sb.spawn_berths(2, |i| {
+        let image = proxy.image(["layers", "docker-v2s2"][i]);
+        ["--store", &s, "pull", "--tls-verify=false", &image]
+            .iter()
+            .map(|a| a.to_string())
+            .collect()
+    });
+    for out in crate::harness::outputs(pulls) {
+        out.ok();
+    }
+    let v2 = layers_of(&sb, &s, &proxy.image("docker-v2s2"));
+    assert!(v2.is_subset(&layers_of(&sb, &s, &proxy.image("layers"))));
+    let got = fetched(&proxy);
+    for layer in &v2 {
+        let n = got.iter().filter(|d| *d == layer).count();
+        assert_eq!(n, 1, "{layer} fetched {n} times: {:?}", proxy.lines());
+    }
+    sb.run(&["--store", &s, "check"]).ok();
+    tmp_is_empty(&s);
+}
+
+#[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn connections_cache_opt_out_and_size_cap() {
     let env = need_env!();
     let sb = Sandbox::new(env);

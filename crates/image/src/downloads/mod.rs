@@ -324,7 +324,15 @@ impl Worker {
             let Some(index) = next else { return };
             let slot = &self.shared.slots[index];
             let layer = &self.shared.layers[index];
-            // Another pull of this store may have brought it meanwhile.
+            // Another pull of this store may have brought it meanwhile, or
+            // be bringing it now: wait for that one, then take it.
+            if self.shared.use_cached(index, &self.cache) {
+                continue;
+            }
+            let _held = self
+                .keep
+                .then(|| self.cache.hold_download(&layer.digest))
+                .flatten();
             if self.shared.use_cached(index, &self.cache) {
                 continue;
             }

@@ -8,6 +8,11 @@
 //! A blob's modification time is its last use (set when a pull reads it):
 //! over a size cap ([`LayerCache::shrink_to`]) the least recently used go
 //! first. `berth prune` removes the blobs no stored image lists.
+//!
+//! A pull that downloads a blob holds its lock (`STORE/layers/locks/HEX`,
+//! an `flock`): another pull of the store that needs the same blob (a tag
+//! sharing layers, pulled at the same time on this node or another) waits
+//! for it and reads it from the cache instead of downloading it too.
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
@@ -79,6 +84,26 @@ impl LayerCache {
     pub fn remove(&self, digest: &str) -> bool {
         self.path(digest)
             .is_some_and(|p| fs::remove_file(p).is_ok())
+    }
+
+    /// Waits until no other pull of the store downloads `digest`, and
+    /// holds its download (the lock goes with the file). `None` for a
+    /// digest that is not one, or when the lock cannot be made (then the
+    /// pull downloads as if alone).
+    pub fn hold_download(&self, digest: &str) -> Option<File> {
+        let hex = hex_of(digest)?;
+        let dir = self.dir.parent()?.join("locks");
+        let made = super::create_private_dir(&dir);
+        let file = made.ok().and_then(|()| {
+            File::options()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(dir.join(hex))
+                .ok()
+        })?;
+        file.lock().ok()?;
+        Some(file)
     }
 
     /// The cached blobs, least recently used first. Files that are not

@@ -123,6 +123,8 @@ impl berth_config::exit::ExitStatus for Error {
             Error::WorkerFailed(code) if *code == worker::EXIT_STEP_FAILED => Exit::Build,
             Error::WorkerFailed(_) => Exit::Berth,
             Error::Usage(_) => Exit::Usage,
+            // The store's own class: a full disk is 15 in a build too.
+            Error::Store(e) => e.exit(),
             _ => Exit::Other,
         }
     }

@@ -402,7 +402,8 @@ pub enum After {
     assert!(variants(source, "Missing").is_err());
     assert!(variants("pub enum Error {\n    A,\n", "Error").is_err());
 
-    let guide = "# Guide\n## a::B\n### X\n```\n### InCode\n## InCode\n```\n## `c::D`\n### `Y`\n## a::B\n";
+    let guide =
+        "# Guide\n## a::B\n### X\n```\n### InCode\n## InCode\n```\n## `c::D`\n### `Y`\n## a::B\n";
     let (s, twice) = sections(guide);
     assert_eq!(s["a::B"], ["X"]);
     assert_eq!(s["c::D"], ["Y"]);

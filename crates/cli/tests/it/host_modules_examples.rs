@@ -88,13 +88,31 @@ fn example_modules_apply_on_a_fake_node() {
         &fake.join("opt/aws-ofi-nccl/lib/libnccl-net-ofi.so"),
         "elf\n",
     );
+    for cmd in [
+        "srun", "sbatch", "salloc", "squeue", "scancel", "scontrol", "sinfo", "sacct",
+    ] {
+        file(&fake.join("usr/bin").join(cmd), "elf\n");
+    }
+    file(&lib.join("slurm-wlm/libslurmfull.so"), "elf\n");
+    file(&lib.join("libmunge.so.2.0.0"), "elf\n");
+    file(&fake.join("etc/slurm/slurm.conf"), "ClusterName=fake\n");
+    std::fs::create_dir_all(fake.join("run/munge")).unwrap();
     std::fs::create_dir_all(fake.join("tmp/nvidia-mps")).unwrap();
     std::fs::create_dir_all(fake.join("var/log/nvidia-mps")).unwrap();
     sb.chown_to_user(&fake.join("tmp"));
     let modules = sb.dir.path().join("modules");
     std::fs::create_dir_all(&modules).unwrap();
     let names = moved_modules(&fake, &modules);
-    assert_eq!(names, ["aws-ofi-nccl", "cuda-mps", "cxi", "infiniband"]);
+    assert_eq!(
+        names,
+        [
+            "aws-ofi-nccl",
+            "cuda-mps",
+            "cxi",
+            "infiniband",
+            "slurm-client"
+        ]
+    );
     sb.site_config(&format!(
         "[host]\nmodules_dir = \"{}\"\n",
         modules.display()
@@ -112,7 +130,8 @@ fn example_modules_apply_on_a_fake_node() {
         "ls /dev/infiniband | tr '\\n' ' '; echo; test -c /dev/cxi0 && echo cxi0; \
          echo $FI_PROVIDER $CUDA_MPS_PIPE_DIRECTORY; cat /etc/libibverbs.d/mlx5.driver; \
          ls /usr/lib/x86_64-linux-gnu/libibverbs; \
-         ls /.berth/lib | sort | tr '\\n' ' '; echo; touch /tmp/nvidia-mps/pipe && echo mps-rw"
+         ls /.berth/lib | sort | tr '\\n' ' '; echo; touch /tmp/nvidia-mps/pipe && echo mps-rw; \
+         ls /usr/bin/srun /usr/bin/sacct /usr/lib/x86_64-linux-gnu/slurm-wlm /etc/slurm /run/munge | tr '\\n' ' '"
             .into(),
     );
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -121,6 +140,8 @@ fn example_modules_apply_on_a_fake_node() {
         out,
         "rdma_cm uverbs0 \ncxi0\ncxi /tmp/nvidia-mps\ndriver mlx5\nlibmlx5-rdmav34.so\n\
          libcxi.so.1.5.2 libfabric.so.1.25.0 libibverbs.so.1.14.0 libmlx5.so.1.24.0 \
-         libnccl-net-ofi.so librdmacm.so.1.3.0 \nmps-rw\n"
+         libmunge.so.2.0.0 libnccl-net-ofi.so librdmacm.so.1.3.0 \nmps-rw\n\
+         /usr/bin/sacct /usr/bin/srun  /etc/slurm: slurm.conf  /run/munge:  \
+         /usr/lib/x86_64-linux-gnu/slurm-wlm: libslurmfull.so "
     );
 }

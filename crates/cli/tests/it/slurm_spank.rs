@@ -215,11 +215,18 @@ fn spank_mpi_pmix_across_three_nodes_with_the_images_and_the_hosts_open_mpi() {
 fn spank_batch_job_and_named_container_across_steps() {
     let sb = sandbox();
     let img = image(&sb, "debian-python");
-    // The host's Slurm client for the script's container (the test
-    // cluster's plugstack.conf names this module in batch_modules).
+    // The host's Slurm client for the script's container: the shipped
+    // example module (the test cluster's plugstack.conf names it "slurm"
+    // in batch_modules; its munged listens in the cluster's directory).
+    let example = fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/modules/slurm-client.toml"
+    ))
+    .unwrap();
+    let munge = std::path::Path::new(sb.env.var("BERTH_IT_SLURM_CONF")).with_file_name("munge");
     sb.module(
         "slurm",
-        "binds = [\"/usr/bin/srun:ro\", \"/usr/lib/x86_64-linux-gnu/slurm-wlm:ro\"]\nlibraries = [\"/usr/lib/x86_64-linux-gnu/libmunge.so.2\"]\n",
+        &example.replace("/run/munge", &munge.display().to_string()),
     );
     let script = sb.dir.path().join("job.sh");
     fs::write(

@@ -342,7 +342,8 @@ fn pulled_images_keep_their_layers_and_saved_ones_go_as_one() {
     // The pulled image goes with its own config and layers: the registry
     // sees the digests every other tool sees, and lends them from the
     // image's own repository (no blob is uploaded).
-    let dest = format!("{reg}/berth-test/pushed-pulled-{}:1", std::process::id());
+    let pushed_pulled = format!("{reg}/berth-test/pushed-pulled-{}:1", std::process::id());
+    let dest = pushed_pulled.clone();
     let out = sb.run(&["push", "--tls-verify=false", &d, &dest]).ok();
     assert!(
         !out.stderr().contains("one layer of its tree") && out.stderr().contains(" 0 blobs sent"),
@@ -392,7 +393,7 @@ fn pulled_images_keep_their_layers_and_saved_ones_go_as_one() {
     );
     // A fresh store pulls them back: the image's config and the saved file.
     let other = Sandbox::new(env);
-    let pulled = format!("{reg}/berth-test/pushed-pulled:1");
+    let pulled = pushed_pulled;
     let out = other
         .run(&[
             "run",

@@ -99,15 +99,6 @@ pub fn security_options(opts: &[String], mode: IdMode) -> Result<Seccomp> {
 }
 
 /// Resolves `req` for `caller` under `config`. `trust_cache: false`
-/// The image a named container's run takes instead of the request's
-/// (`--reuse existing|any`, see [`named::image_of`]).
-fn named_image(config: &Config, req: &RunRequest) -> Result<Option<String>> {
-    match (&req.name, req.rm, &req.shared) {
-        (Some(name), false, None) => named::image_of(config, name, req.name_reuse),
-        _ => Ok(None),
-    }
-}
-
 /// ignores the node's copy of the image's record.
 pub fn prepare(
     config: &Config,
@@ -130,9 +121,13 @@ pub fn prepare(
         }
         None => req,
     };
-    // A named container may run its own image.
+    // A named container may run its own image (`--reuse existing|any`).
     let owned_named;
-    let req = match named_image(config, req)? {
+    let own_image = match req.kept_name() {
+        Some(name) => named::image_of(config, name, req.name_reuse)?,
+        None => None,
+    };
+    let req = match own_image {
         Some(image) => {
             owned_named = RunRequest {
                 image,
@@ -251,8 +246,8 @@ pub fn prepare(
     }
     // A named container keeps its changes in the store, in an overlay
     // directory of its name.
-    let named_dir = match (&req.name, req.rm, &req.shared) {
-        (Some(name), false, None) => {
+    let named_dir = match req.kept_name() {
+        Some(name) => {
             if req.overlay.is_some() {
                 return Err(Error::Usage(
                     "--name keeps the container's changes under its name: give --name or --overlay DIR, not both (--name with --rm keeps nothing)".into(),
@@ -264,7 +259,7 @@ pub fn prepare(
                 false => dir.display().to_string(),
             })
         }
-        _ => None,
+        None => None,
     };
     // A run that saves without --overlay keeps its changes in a temporary
     // directory of its own.

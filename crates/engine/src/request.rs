@@ -101,6 +101,14 @@ pub struct SharedRequest {
 }
 
 impl RunRequest {
+    /// The name of the named container whose changes this run keeps
+    /// ([`crate::named`]): `--name` without `--rm` and not shared.
+    pub fn kept_name(&self) -> Option<&str> {
+        self.name
+            .as_deref()
+            .filter(|_| !self.rm && self.shared.is_none())
+    }
+
     /// `berth shell`: the image's bash if it has one, else sh, as a login
     /// shell.
     pub fn shell(image: &str) -> Self {

@@ -144,6 +144,15 @@ pub fn mount_fuse(
     child
 }
 
+/// Waits until the FUSE server of the mount at `point` answers (the first
+/// request blocks until it does, or fails at once if it died): the mount
+/// is usable when this returns. `what` names the server in the error.
+pub fn await_server(point: &Path, what: &str) -> Result<()> {
+    std::fs::metadata(point.join("."))
+        .map(drop)
+        .map_err(|e| Error::Mount(format!("{what} did not come up: {e}")))
+}
+
 /// The squashfs server: `BERTH_SQUASHFUSE`, else `squashfuse_ll` on PATH.
 fn squashfuse_path() -> PathBuf {
     std::env::var_os("BERTH_SQUASHFUSE")

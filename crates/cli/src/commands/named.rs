@@ -13,18 +13,20 @@ use berth_engine::save::{self, SaveJob, Target};
 use super::Context;
 use crate::cli::{CommitArgs, RmArgs};
 
+/// The named containers of the store.
+pub fn list(ctx: &Context) -> Result<Vec<named::Listed>> {
+    Ok(named::list(&ctx.config()?)?)
+}
+
 /// The named containers of the store, as `berth ps -a` prints them after
-/// the live ones.
-pub fn print(ctx: &Context, json: bool, quiet: bool) -> Result<Vec<named::Listed>> {
-    let list = named::list(&ctx.config()?)?;
-    if json {
-        return Ok(list);
-    }
+/// the live ones (`quiet`: their names only).
+pub fn print(ctx: &Context, quiet: bool) -> Result<()> {
+    let list = list(ctx)?;
     if quiet {
         for c in &list {
             println!("{}", c.record.name);
         }
-        return Ok(list);
+        return Ok(());
     }
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -45,7 +47,7 @@ pub fn print(ctx: &Context, json: bool, quiet: bool) -> Result<Vec<named::Listed
             now.saturating_sub(c.record.created)
         );
     }
-    Ok(list)
+    Ok(())
 }
 
 /// `berth rm NAME...`: each named container with its changes; one that a

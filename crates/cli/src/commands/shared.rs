@@ -63,7 +63,7 @@ pub fn ps(ctx: &super::Context, args: PsArgs) -> Result<ExitCode> {
             println!("{}", c.info.key);
         }
     } else if json && args.all {
-        let named = super::named::print(ctx, true, false)?;
+        let named = super::named::list(ctx)?;
         let both = serde_json::json!({ "live": list, "named": named });
         println!("{}", serde_json::to_string_pretty(&both)?);
         return Ok(ExitCode::SUCCESS);
@@ -95,7 +95,7 @@ pub fn ps(ctx: &super::Context, args: PsArgs) -> Result<ExitCode> {
         }
     }
     if args.all {
-        super::named::print(ctx, false, args.quiet)?;
+        super::named::print(ctx, args.quiet)?;
     }
     Ok(ExitCode::SUCCESS)
 }

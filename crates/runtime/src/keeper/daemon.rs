@@ -145,10 +145,7 @@ fn run(k: &dyn Kernel, raw: &[String]) -> Result<()> {
         },
     };
     drop(image_file);
-    // The first request blocks until the server answers (or fails at once
-    // if it died): the mount is usable when this returns.
-    fs::metadata(image_dir.join("."))
-        .map_err(|e| Error::Mount(format!("the squashfs server did not come up: {e}")))?;
+    image_mount::await_server(&image_dir, "the squashfs server")?;
     // Squashfs data files, mounted as the image is.
     let unpacked_because = unpacked.as_ref().map(|(_, why)| {
         why.as_deref()

@@ -147,15 +147,23 @@ pub(super) fn mount_all(
     files: &[DataFile],
     how: How<'_>,
 ) -> Result<Vec<Child>> {
+    let fuse = match how {
+        How::Kernel => None,
+        How::Fuse(ids, server) => Some((ids, server)),
+        How::NoFuse(why) => match files.first() {
+            Some(f) => {
+                let shown = f.path.display();
+                return Err(Error::Mount(format!(
+                    "the squashfs data mount of {shown} needs FUSE, which this node cannot use ({why}); \
+                     unpack the file (unsquashfs -d DIR {shown}) and bind DIR instead"
+                )));
+            }
+            None => return Ok(Vec::new()),
+        },
+    };
     let mut servers = Vec::new();
     for f in files {
         let shown = f.path.display();
-        if let How::NoFuse(why) = how {
-            return Err(Error::Mount(format!(
-                "the squashfs data mount of {shown} needs FUSE, which this node cannot use ({why}); \
-                 unpack the file (unsquashfs -d DIR {shown}) and bind DIR instead"
-            )));
-        }
         let file = File::open(&f.path)
             .map_err(|e| Error::io("open the squashfs data file", &f.path, e))?;
         let m = file
@@ -168,23 +176,17 @@ pub(super) fn mount_all(
         }
         let point = mount_point(keeper_dir, &f.path);
         std::fs::create_dir_all(&point).map_err(|e| Error::io("create", &point, e))?;
-        match how {
-            How::Kernel => image_mount::mount_kernel_squashfs(k, &file, f.offset, &point)?,
-            How::Fuse(ids, server) => {
+        match fuse {
+            None => image_mount::mount_kernel_squashfs(k, &file, f.offset, &point)?,
+            Some((ids, server)) => {
                 let served = ServedImage {
                     file: &file,
                     offset: f.offset,
                     verity: None,
                 };
                 servers.push(image_mount::mount_fuse(k, served, &point, ids, server)?);
-                // The first request waits for the server's answer.
-                std::fs::metadata(point.join(".")).map_err(|e| {
-                    Error::Mount(format!(
-                        "the squashfs server of {shown} did not come up: {e}"
-                    ))
-                })?;
+                image_mount::await_server(&point, &format!("the squashfs server of {shown}"))?;
             }
-            How::NoFuse(_) => {}
         }
     }
     Ok(servers)

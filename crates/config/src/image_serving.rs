@@ -1,6 +1,7 @@
 //! How rootless runs get an image's tree: the squashfs server, or the
-//! image unpacked where FUSE cannot serve it (`[runtime]` settings handed
-//! to the keeper through its environment).
+//! image unpacked where FUSE cannot serve it, and what stacks the
+//! container's layer on it (`[runtime]` settings handed to the keeper
+//! through its environment).
 
 use serde::{Deserialize, Serialize};
 
@@ -71,6 +72,48 @@ impl SquashfsServer {
         match std::env::var(Self::ENV).as_deref() {
             Ok("squashfuse_ll") => SquashfsServer::SquashfuseLl,
             _ => SquashfsServer::Berth,
+        }
+    }
+}
+
+/// What stacks a container's layer on the read-only image (`[runtime]
+/// overlay`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub enum RootOverlay {
+    /// Kernel overlayfs; where the kernel refuses it in a user namespace
+    /// (before 5.11), read-only runs get binds-only roots and writable
+    /// runs fail with what to do.
+    #[default]
+    #[serde(rename = "auto")]
+    Auto,
+    /// Kernel overlayfs only: a run fails where it cannot mount.
+    #[serde(rename = "kernel")]
+    Kernel,
+    /// Binds-only roots: no writable layer (`--writable`, `--overlay`,
+    /// `--save`, `--name` are refused).
+    #[serde(rename = "none")]
+    None,
+}
+
+impl RootOverlay {
+    /// The variable that hands the choice to the keeper.
+    pub const ENV: &'static str = "BERTH_ROOT_OVERLAY";
+
+    /// The setting's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RootOverlay::Auto => "auto",
+            RootOverlay::Kernel => "kernel",
+            RootOverlay::None => "none",
+        }
+    }
+
+    /// The choice [`Self::ENV`] names; auto if unset or unknown.
+    pub fn from_env() -> Self {
+        match std::env::var(Self::ENV).as_deref() {
+            Ok("kernel") => RootOverlay::Kernel,
+            Ok("none") => RootOverlay::None,
+            _ => RootOverlay::Auto,
         }
     }
 }

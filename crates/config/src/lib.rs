@@ -17,7 +17,7 @@ pub mod layer_cache;
 pub mod registries;
 pub mod root;
 
-pub use image_serving::{ImageMount, SquashfsServer};
+pub use image_serving::{ImageMount, RootOverlay, SquashfsServer};
 
 use serde::{Deserialize, Serialize};
 
@@ -112,6 +112,11 @@ pub struct RuntimeSettings {
     /// leaves). Real root mounts with the kernel.
     #[serde(default)]
     pub image_mount: ImageMount,
+    /// What stacks the container's layer on the image: kernel overlayfs
+    /// where the kernel allows it, else binds-only roots (`auto`, the
+    /// default), `kernel` only, or `none` (binds-only roots always).
+    #[serde(default)]
+    pub overlay: RootOverlay,
 }
 
 fn default_keeper_idle() -> u64 {
@@ -125,6 +130,7 @@ impl Default for RuntimeSettings {
             keeper_idle_seconds: default_keeper_idle(),
             squashfs_server: SquashfsServer::default(),
             image_mount: ImageMount::default(),
+            overlay: RootOverlay::default(),
         }
     }
 }

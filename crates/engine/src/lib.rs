@@ -355,6 +355,7 @@ pub fn prepare(
         keeper_idle: Duration::from_secs(idle),
         squashfs_server: config.runtime.squashfs_server,
         image_mount: config.runtime.image_mount,
+        root_overlay: config.runtime.overlay,
         berth_exe: caller.berth_exe.clone(),
         timing: timing.then_some(caller.started),
     };

@@ -62,14 +62,20 @@ pub(super) fn checks(root: bool, image_mount: ImageMount) -> Vec<Check> {
             out.push(c);
         }
         if works {
-            out.push(probed(
+            let mut c = probed(
                 "overlay in a user namespace",
                 probe::overlay_in_user_namespace(),
                 "--writable, --overlay, --save and builds can use overlayfs",
                 "the kernel (before 5.11, or a distribution that turned it off) refuses \
-                 overlayfs in user namespaces: --writable, --overlay and berth build need it; \
+                 overlayfs in user namespaces: read-only runs get binds-only roots, builds \
+                 unpack their base, and --writable, --overlay, --save and --name are refused; \
                  ask for a 5.11 or later kernel",
-            ));
+            );
+            if c.status == super::Status::Fail {
+                // Read-only runs do without it.
+                c.status = super::Status::Warn;
+            }
+            out.push(c);
         }
     }
     out.push(seccomp());

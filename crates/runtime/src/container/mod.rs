@@ -167,6 +167,9 @@ pub struct RunSpec {
     /// FUSE or unpacked (rootless runs).
     #[serde(default)]
     pub image_mount: berth_config::ImageMount,
+    /// What stacks the container's layer on the image.
+    #[serde(default)]
+    pub root_overlay: berth_config::RootOverlay,
     /// berth's own binary (to start keepers).
     #[serde(skip)]
     pub berth_exe: PathBuf,
@@ -249,6 +252,7 @@ pub fn lease<'a>(spec: &'a RunSpec, image_file: Option<&File>) -> Result<Leased<
         idle: spec.keeper_idle,
         server: spec.squashfs_server,
         image_mount: spec.image_mount,
+        root_overlay: spec.root_overlay,
         template: spec.template.as_ref(),
         image_file,
         data: &data,
@@ -442,6 +446,7 @@ pub fn build(
                 persistent: spec.overlay.as_ref(),
                 user_xattr: spec.identity.mode.has_user_namespace(),
                 apt_hint: spec.process.root_emulation.wanted(),
+                overlay: spec.root_overlay,
             },
             fresh_proc: spec.pid_ns,
             binds: &binds,

@@ -58,6 +58,7 @@ fn spec(template: bool, extra: &[&str]) -> RunSpec {
         keeper_idle: Duration::from_secs(30),
         squashfs_server: Default::default(),
         image_mount: Default::default(),
+        root_overlay: Default::default(),
         berth_exe: "/b".into(),
         timing: None,
     }

@@ -42,6 +42,8 @@ pub struct KeeperRequest<'a> {
     pub server: berth_config::SquashfsServer,
     /// FUSE or unpacked (rootless keepers).
     pub image_mount: berth_config::ImageMount,
+    /// What stacks the prepared root's layer on the image.
+    pub root_overlay: berth_config::RootOverlay,
     /// Squashfs data files the keeper mounts beside the image (part of
     /// its key).
     pub data: &'a [super::data::DataFile],
@@ -194,6 +196,7 @@ fn start(req: &KeeperRequest<'_>, dir: &Path) -> Result<i32> {
         .env_remove("BERTH_TIMING")
         .env(berth_config::SquashfsServer::ENV, req.server.as_str())
         .env(berth_config::ImageMount::ENV, req.image_mount.as_str())
+        .env(berth_config::RootOverlay::ENV, req.root_overlay.as_str())
         .env(super::IMAGE_OFFSET_ENV, req.image_offset.to_string())
         .env(super::IMAGE_VERITY_ENV, req.image_verity.unwrap_or(""))
         .env(
@@ -299,6 +302,7 @@ mod tests {
             image_file: None,
             server: Default::default(),
             image_mount: Default::default(),
+            root_overlay: Default::default(),
             data: &[],
         };
         let err = acquire(&req).unwrap_err().to_string();

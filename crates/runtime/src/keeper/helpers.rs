@@ -77,6 +77,7 @@ pub(super) fn start_prepared_root(
                         user_xattr: true,
                         // Joined runs that emulate root do not write.
                         apt_hint: false,
+                        overlay: berth_config::RootOverlay::from_env(),
                     },
                     fresh_proc: false,
                     confined: false,

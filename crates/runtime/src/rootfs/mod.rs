@@ -7,7 +7,9 @@
 //! minimal /dev, identity files and binds. Without `--writable` the
 //! overlay is remounted read-only once the mount points exist: the upper
 //! layer only exists so that bind targets missing from the image can be
-//! created (shifter#231). Read-only remounts come last.
+//! created (shifter#231). Read-only remounts come last. Where the kernel
+//! refuses overlayfs, a read-only container's root is binds-only instead
+//! ([`underlay`]).
 //!
 //! A build step's root is the stage's own writable directory, with a fresh
 //! /proc, /sys read-only, a minimal /dev with its own /dev/shm, and the
@@ -22,8 +24,10 @@
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
+use berth_config::RootOverlay;
+
 use crate::error::{Error, Result};
-use crate::sys::{self, fd_path, Kernel};
+use crate::sys::{self, fd_path, Errno, Kernel};
 
 mod confine;
 mod dev;
@@ -33,6 +37,7 @@ mod options;
 mod persistent;
 #[cfg(test)]
 mod tests;
+mod underlay;
 
 pub use identity::IDENTITY_FILE_MAX;
 pub use mounts::{resolve_target, submounts, TargetKind};
@@ -96,6 +101,9 @@ pub enum Layers<'a> {
         /// ([`crate::seccomp::root_emulation::APT_HINT_PATH`]) sits in a
         /// layer of its own above the image, never in the upper layer.
         apt_hint: bool,
+        /// Kernel overlayfs, or a binds-only root where the kernel refuses
+        /// it or the site chose so ([`underlay`]).
+        overlay: RootOverlay,
     },
     /// An existing directory (a build stage's root), bound onto itself.
     Directory(&'a Path),
@@ -219,6 +227,7 @@ pub fn prepare(k: &dyn Kernel, plan: &RootfsPlan<'_>) -> Result<PathBuf> {
         k.mount(None, &fd_path(&dev), None, dev::DEV_READ_ONLY, None)
             .map_err(|e| Error::sys("remount read-only", Some("/dev".into()), e))?;
     }
+    underlay::seal_all(k, &root_fd)?;
     if let Layers::Overlay {
         writable: false, ..
     } = plan.layers
@@ -249,7 +258,8 @@ fn base<'a>(k: &dyn Kernel, layers: Layers<'a>) -> Result<(PathBuf, Option<(&'a 
             persistent,
             user_xattr,
             apt_hint,
-            ..
+            writable,
+            overlay,
         } => {
             k.mount(
                 Some(Path::new("berth")),
@@ -269,6 +279,11 @@ fn base<'a>(k: &dyn Kernel, layers: Layers<'a>) -> Result<(PathBuf, Option<(&'a 
                 }
             }
             let root = stage.join("root");
+            let needs_layer = writable || persistent.is_some();
+            if overlay == RootOverlay::None && !needs_layer {
+                underlay::root(k, image, &root)?;
+                return Ok((root, Some((image, stage))));
+            }
             let hints = stage.join("hints");
             let hints = apt_hint
                 .then(|| {
@@ -280,18 +295,54 @@ fn base<'a>(k: &dyn Kernel, layers: Layers<'a>) -> Result<(PathBuf, Option<(&'a 
                         .unwrap_or(false)
                 })
                 .and_then(|written| written.then_some(hints.as_path()));
+            if overlay == RootOverlay::None {
+                return Err(no_overlay(None));
+            }
             let opts = persistent::overlay_options(image, stage, persistent, user_xattr, hints);
-            k.mount(
+            let mounted = k.mount(
                 Some(Path::new("berth")),
                 &root,
                 Some("overlay"),
                 libc::MS_NOSUID | libc::MS_NODEV,
                 Some(&opts),
-            )
-            .map_err(|e| Error::sys("mount the overlay on", Some(root.clone()), e))?;
+            );
+            match mounted {
+                Ok(()) => {}
+                // The kernel refuses overlayfs here (before 5.11 in a user
+                // namespace, or turned off): a read-only run does not need it.
+                Err(e) if overlay == RootOverlay::Auto && user_xattr && !needs_layer => {
+                    tracing::debug!("no overlayfs ({e}): a binds-only root");
+                    if hints.is_some() {
+                        let _ = std::fs::remove_dir_all(stage.join("hints"));
+                    }
+                    underlay::root(k, image, &root)?;
+                }
+                Err(e @ (Errno::PERM | Errno::NODEV))
+                    if overlay == RootOverlay::Auto && user_xattr =>
+                {
+                    return Err(no_overlay(Some(e)))
+                }
+                Err(e) => return Err(Error::sys("mount the overlay on", Some(root.clone()), e)),
+            }
             Ok((root, Some((image, stage))))
         }
     }
+}
+
+/// A writable run where the root cannot have an overlay: the kernel's
+/// refusal (`errno`), or the site's `[runtime] overlay = "none"`.
+fn no_overlay(errno: Option<Errno>) -> Error {
+    let why = match errno {
+        Some(e) => format!(
+            "this kernel refuses overlayfs in a user namespace ({e}; Linux 5.11 and later allow it)"
+        ),
+        None => "the site gives containers no overlay ([runtime] overlay = \"none\")".into(),
+    };
+    Error::Mount(format!(
+        "a writable container (--writable, --overlay, --save, --name) needs a layer stacked on \
+         the read-only image, and {why}. Run it read-only and write to a bound directory \
+         (-v DIR:/path), or build the image with the change (berth build)"
+    ))
 }
 
 /// For a run on a prepared root (a copy of the keeper's template mount
@@ -344,6 +395,7 @@ pub fn extend_and_pivot(
         k.mount(None, &fd_path(dev), None, dev::DEV_READ_ONLY, None)
             .map_err(|e| Error::sys("remount read-only", Some("/dev".into()), e))?;
     }
+    underlay::seal_all(k, &root_fd)?;
     if need_write {
         k.mount(None, root, None, ROOT_READ_ONLY, None)
             .map_err(|e| Error::sys("remount read-only", Some(root.into()), e))?;

@@ -4,7 +4,10 @@
 //! inside), missing components are created through the resolved parent's
 //! descriptor, and the mount goes through `/proc/self/fd/N` of the
 //! resolved target; the target is resolved again for the remount, since
-//! the first descriptor names the directory under the new mount.
+//! the first descriptor names the directory under the new mount. A
+//! missing component in a read-only directory (an image without overlay,
+//! a read-only bind) is created in a cover of that directory
+//! ([`super::underlay`]).
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -52,27 +55,17 @@ pub fn resolve_target(
                 let last = i + 1 == comps.len();
                 // Create in the resolved parent (a real directory inside root).
                 let parent = comps[..i].join("/");
-                let dir = k
-                    .open_in_root(root.as_fd(), &parent, OFlags::DIRECTORY | OFlags::RDONLY)
-                    .map_err(|e| Error::sys("resolve the parent of", Some(path.into()), e))?;
-                let created = if last && kind == TargetKind::File {
-                    rustix::fs::openat(
-                        &dir,
-                        *comp,
-                        OFlags::CREATE | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                        Mode::from_raw_mode(0o644),
-                    )
-                    .map(drop)
-                } else {
-                    rustix::fs::mkdirat(&dir, *comp, Mode::from_raw_mode(0o755))
-                };
+                let file = last && kind == TargetKind::File;
+                let mut created = create(k, root, &parent, comp, file, path)?;
+                if created == Err(Errno::ROFS) {
+                    // A read-only directory (of a binds-only root's image,
+                    // or a read-only bind): cover it with a tmpfs that
+                    // binds its entries back, and create there.
+                    super::underlay::cover(k, root, &parent)?;
+                    created = create(k, root, &parent, comp, file, path)?;
+                }
                 match created {
                     Ok(()) | Err(Errno::EXIST) => {}
-                    Err(Errno::ROFS) => {
-                        return Err(Error::Mount(format!(
-                            "{path:?} does not exist in the image and the image is read-only here"
-                        )))
-                    }
                     Err(e) => return Err(Error::sys("create mount point", Some(path.into()), e)),
                 }
                 target = open(&prefix)
@@ -82,6 +75,33 @@ pub fn resolve_target(
         }
     }
     Ok(target)
+}
+
+/// Creates `name` (a file or a directory) in the directory `parent`
+/// resolved inside `root`; the outer error is the parent's resolution, the
+/// inner the creation's (for `path`'s messages).
+fn create(
+    k: &dyn Kernel,
+    root: &OwnedFd,
+    parent: &str,
+    name: &str,
+    file: bool,
+    path: &str,
+) -> Result<std::result::Result<(), Errno>> {
+    let dir = k
+        .open_in_root(root.as_fd(), parent, OFlags::DIRECTORY | OFlags::RDONLY)
+        .map_err(|e| Error::sys("resolve the parent of", Some(path.into()), e))?;
+    Ok(if file {
+        rustix::fs::openat(
+            &dir,
+            name,
+            OFlags::CREATE | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o644),
+        )
+        .map(drop)
+    } else {
+        rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(0o755))
+    })
 }
 
 /// Whether `path` exists inside `root` (resolved as a mount target is).

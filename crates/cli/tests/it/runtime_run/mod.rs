@@ -12,7 +12,10 @@
 //! - [`root_emulation`]: `--fakeroot` without a subordinate id range.
 //! - [`data_mounts`]: `-v FILE:DST:sqsh`: squashfs files as read-only trees.
 //! - [`named`]: `--name`: changes kept under a name; `ps -a`, `commit`, `rm`.
+//! - [`binds_only`]: roots without overlayfs, and mount points made in
+//!   read-only directories.
 
+mod binds_only;
 mod command;
 pub(crate) mod data_mounts;
 mod environment;

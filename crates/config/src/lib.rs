@@ -14,6 +14,7 @@ pub mod exit;
 pub mod expand;
 mod image_serving;
 pub mod layer_cache;
+pub mod names;
 pub mod registries;
 pub mod root;
 

@@ -52,19 +52,15 @@ pub fn containers_dir(config: &Config) -> PathBuf {
 }
 
 /// A name is letters, digits, `_`, `.` and `-`, starting with a letter or
-/// digit, at most 128 bytes: it names a directory.
+/// digit, at most 128 bytes: it names a directory ([`berth_config::names`],
+/// the rule the Slurm plugin checks at submission).
 pub fn validate_name(name: &str) -> Result<()> {
-    let ok = !name.is_empty()
-        && name.len() <= 128
-        && name.as_bytes()[0].is_ascii_alphanumeric()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
-    if ok {
+    if berth_config::names::name_ok(name) {
         Ok(())
     } else {
         Err(Error::Usage(format!(
-            "container name {name:?}: use letters, digits, _, . and -, starting with a letter or digit (at most 128)"
+            "container name {name:?}: {}",
+            berth_config::names::NAME_RULE
         )))
     }
 }

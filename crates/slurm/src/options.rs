@@ -211,13 +211,11 @@ pub fn apply(opts: &mut Options, name: &str, value: Option<&str>) -> Result<(), 
                 }
             };
             let n = n.to_string();
-            if n.is_empty()
-                || !n
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-            {
+            // The node's rule, checked at submission.
+            if !berth_config::names::name_ok(&n) {
                 return Err(format!(
-                    "--container-name={n:?}: use letters, digits, '.', '_' and '-'"
+                    "--container-name={n:?}: {}",
+                    berth_config::names::NAME_RULE
                 ));
             }
             opts.name = Some(n);

@@ -156,20 +156,14 @@ impl Reuse {
     }
 }
 
-/// Whether `key` can name a shared container: 1 to 128 of `A-Za-z0-9._-`,
-/// not starting with a dot or a dash.
+/// Whether `key` can name a shared container ([`berth_config::names`]).
 pub fn validate_key(key: &str) -> Result<()> {
-    let ok = !key.is_empty()
-        && key.len() <= 128
-        && !key.starts_with(['.', '-'])
-        && key
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-    if ok {
+    if berth_config::names::key_ok(key) {
         Ok(())
     } else {
         Err(Error::Usage(format!(
-            "container name {key:?}: use 1 to 128 letters, digits, '.', '_' or '-', not starting with '.' or '-'"
+            "container name {key:?}: {}",
+            berth_config::names::NAME_RULE
         )))
     }
 }
@@ -375,7 +369,16 @@ mod tests {
         for ok in ["a", "job-12.3", "slurm-7_0", "X.y-z"] {
             assert!(validate_key(ok).is_ok(), "{ok}");
         }
-        for bad in ["", ".hidden", "-x", "a/b", "..", "a b", &"k".repeat(129)] {
+        for bad in [
+            "",
+            ".hidden",
+            "-x",
+            "_x",
+            "a/b",
+            "..",
+            "a b",
+            &"k".repeat(201),
+        ] {
             assert!(validate_key(bad).is_err(), "{bad}");
         }
     }

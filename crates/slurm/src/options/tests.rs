@@ -210,6 +210,13 @@ fn bad_values_say_why() {
         .unwrap_err()
         .contains("suid"));
     assert!(apply(&mut o, "container-name", Some("a/b")).is_err());
+    // The node's rule, at submission: a name the node would refuse under
+    // container_scope=global (where it names a directory) fails here.
+    for bad in [".x", "-x", "_x", &"n".repeat(129)] {
+        assert!(apply(&mut o, "container-name", Some(bad))
+            .unwrap_err()
+            .contains("starting with a letter or digit"));
+    }
     assert!(apply(&mut o, "container-image", Some(" ")).is_err());
 }
 

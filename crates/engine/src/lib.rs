@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use berth_config::Config;
 use berth_runtime::container::{self, ImageSpec, Process, RunSpec};
+use berth_runtime::entrypoint_first::EntrypointFirst;
 use berth_runtime::seccomp::{RootEmulation, Seccomp};
 use berth_runtime::semantics::{self, ImageDefaults, UserRequest};
 use berth_runtime::shared::{self, Placement, Reuse};
@@ -168,7 +169,16 @@ pub fn prepare(
         workdir: run.workdir.clone(),
     };
     let user = user_request(req)?;
-    let argv = semantics::command_line(&defaults, &user)?;
+    let (argv, first) = if req.entrypoint_first {
+        let (cmd, entrypoint) = semantics::command_apart(&defaults, &user)?;
+        let first = (!entrypoint.is_empty()).then_some(EntrypointFirst {
+            argv: entrypoint,
+            log: req.entrypoint_log,
+        });
+        (cmd, first)
+    } else {
+        (semantics::command_line(&defaults, &user)?, None)
+    };
     let inside = identity::inside(mode, caller);
     let fixed = identity::fixed_env(&inside, &caller.hostname);
     let mut env = semantics::environment(&defaults, &user, &caller.env, &fixed)?;
@@ -332,6 +342,7 @@ pub fn prepare(
             create_workdir: !(req.workdir_must_exist && req.workdir.is_some()),
             seccomp,
             root_emulation,
+            entrypoint_first: first,
         },
         template: use_template.then(|| berth_runtime::keeper::Template {
             binds: run_binds.common.clone(),

@@ -11,6 +11,11 @@ pub struct RunRequest {
     pub image: String,
     /// `--entrypoint` (a single program, as in Docker; empty clears it).
     pub entrypoint: Option<String>,
+    /// `--entrypoint-first`: the entrypoint runs on its own before the
+    /// command, which gets the environment it left.
+    pub entrypoint_first: bool,
+    /// `--entrypoint-log`: the entrypoint's output is shown.
+    pub entrypoint_log: bool,
     /// Arguments after the image name.
     pub args: Vec<String>,
     /// `-e NAME[=VALUE]`, in order.

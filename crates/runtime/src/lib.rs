@@ -24,6 +24,7 @@
 #![deny(unsafe_code)]
 
 pub mod container;
+pub mod entrypoint_first;
 pub mod error;
 pub mod hooks;
 pub mod idmap;

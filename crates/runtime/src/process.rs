@@ -121,15 +121,19 @@ pub fn resolve_or_exit(
 /// take their defaults, the seccomp filter is on (and the root-emulation
 /// filter where `emulate_root`), and `program` replaces
 /// berth. `timing` is reported with the filter's installation as its last
-/// phase (`seccomp`).
+/// phase (`seccomp`). `keep_also`: descriptors the command inherits
+/// besides (the pipe of an entrypoint run first).
 pub fn exec_command(
     program: &Path,
     argv: &[String],
     env: &[(String, String)],
     (seccomp, emulate_root): (&crate::seccomp::Seccomp, bool),
     mut timing: Timing,
+    keep_also: &[i32],
 ) -> ! {
-    sys::fds::cloexec_all_but(&inherited_fds());
+    let mut keep = inherited_fds();
+    keep.extend_from_slice(keep_also);
+    sys::fds::cloexec_all_but(&keep);
     sys::process::reset_signals();
     timing.mark("fds");
     if let Err(e) = crate::seccomp::install(seccomp) {

@@ -155,6 +155,29 @@ pub fn command_line(
     Ok(argv)
 }
 
+/// For `--entrypoint-first`: the command (the arguments, else the image's
+/// CMD unless `--entrypoint` replaced the entrypoint, as Docker drops it
+/// then) and, apart, the entrypoint to run before it (empty: none).
+pub fn command_apart(
+    image: &ImageDefaults,
+    req: &UserRequest,
+) -> Result<(Vec<String>, Vec<String>), SemanticsError> {
+    let entrypoint = match &req.entrypoint {
+        Some(ep) if ep.is_empty() => Vec::new(),
+        Some(ep) => vec![ep.clone()],
+        None => image.entrypoint.clone(),
+    };
+    let cmd = if req.args.is_empty() && req.entrypoint.is_none() {
+        image.cmd.clone()
+    } else {
+        req.args.clone()
+    };
+    if cmd.is_empty() {
+        return Err(SemanticsError::NoCommand);
+    }
+    Ok((cmd, entrypoint))
+}
+
 fn set(env: &mut Vec<(String, String)>, key: &str, value: &str) {
     match env.iter_mut().find(|(k, _)| k == key) {
         Some(slot) => slot.1 = value.to_string(),
@@ -311,6 +334,20 @@ mod tests {
             ["/bin/ls", "-l"]
         );
         assert_eq!(command_line(&i, &req(Some(""), &["sh"])).unwrap(), ["sh"]);
+        // Apart (--entrypoint-first): the command, then the entrypoint.
+        let apart = |ep, args: &[&str]| command_apart(&i, &req(ep, args)).unwrap();
+        let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            apart(None, &[]),
+            (strings(&["default"]), strings(&["/bin/echo", "ep"]))
+        );
+        assert_eq!(apart(None, &["x"]).0, ["x"]);
+        assert_eq!(
+            apart(Some("/e"), &["x"]),
+            (strings(&["x"]), strings(&["/e"]))
+        );
+        assert_eq!(apart(Some(""), &["x"]).1, Vec::<String>::new());
+        assert!(command_apart(&i, &req(Some("/e"), &[])).is_err());
         assert_eq!(
             command_line(&img(&[], &[]), &req(None, &[])),
             Err(SemanticsError::NoCommand)

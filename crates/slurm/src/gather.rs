@@ -33,6 +33,10 @@ const VARIABLES: &[(&str, Var)] = &[
     ("PYXIS_CONTAINER_UNSHARE", Var::Value("container-unshare")),
     ("PYXIS_CONTAINER_SAVE", Var::Value("container-save")),
     (
+        "PYXIS_CONTAINER_ENTRYPOINT_LOG",
+        Var::Flag("container-entrypoint-log", "no-container-entrypoint-log"),
+    ),
+    (
         "PYXIS_CONTAINER_MOUNT_HOME",
         Var::Flag("container-mount-home", "no-container-mount-home"),
     ),
@@ -56,19 +60,24 @@ const VARIABLES: &[(&str, Var)] = &[
 
 /// Whether `key` is one of [`site_default`]'s.
 pub fn is_site_default(key: &str) -> bool {
-    matches!(key, "writable" | "mount_home" | "remap_root")
+    matches!(
+        key,
+        "writable" | "mount_home" | "remap_root" | "execute_entrypoint"
+    )
 }
 
 /// The site's defaults from plugstack.conf arguments, as enroot's
 /// configuration gives Pyxis its defaults: `writable=` (enroot's
 /// `ENROOT_ROOTFS_WRITABLE`), `mount_home=` (`ENROOT_MOUNT_HOME`),
-/// `remap_root=` (`ENROOT_REMAP_ROOT`), each `yes` or `no`. `None` when
-/// `key` is none of them.
+/// `remap_root=` (`ENROOT_REMAP_ROOT`), and Pyxis's own
+/// `execute_entrypoint=` (`--container-entrypoint`), each `yes` or `no`.
+/// `None` when `key` is none of them.
 pub fn site_default(site: &mut Options, key: &str, value: &str) -> Option<Result<(), String>> {
     let slot = match key {
         "writable" => &mut site.writable,
         "mount_home" => &mut site.mount_home,
         "remap_root" => &mut site.remap_root,
+        "execute_entrypoint" => &mut site.entrypoint,
         _ => return None,
     };
     Some(match boolean(value) {
@@ -205,10 +214,14 @@ mod tests {
         let mut site = Options::default();
         assert_eq!(site_default(&mut site, "writable", "yes"), Some(Ok(())));
         assert_eq!(site_default(&mut site, "mount_home", "n"), Some(Ok(())));
+        assert_eq!(
+            site_default(&mut site, "execute_entrypoint", "1"),
+            Some(Ok(()))
+        );
         assert!(site_default(&mut site, "remap_root", "maybe").is_some_and(|r| r.is_err()));
         assert_eq!(site_default(&mut site, "berth", "/x"), None);
         let o = gather(&site, |_| None, |_| None).unwrap();
-        assert!(o.writable && !o.mount_home && !o.remap_root);
+        assert!(o.writable && !o.mount_home && !o.remap_root && o.entrypoint);
         let o = gather(
             &site,
             |n| (n == "container-readonly").then_some(None),

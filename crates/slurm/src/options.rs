@@ -38,9 +38,11 @@ pub struct Options {
     pub mount_home: bool,
     /// `--container-remap-root` (root inside) or not (the default).
     pub remap_root: bool,
-    /// `--container-entrypoint` (run the image's entrypoint; off by default,
-    /// as in Pyxis).
+    /// `--container-entrypoint` (run the image's entrypoint first, on its
+    /// own; off by default, as in Pyxis).
     pub entrypoint: bool,
+    /// `--container-entrypoint-log` (show the entrypoint's output).
+    pub entrypoint_log: bool,
     /// `--container-env`: variables whose host value wins over the image's.
     pub env: Vec<String>,
     /// `--container-mode`.
@@ -72,6 +74,7 @@ impl Default for Options {
             mount_home: true,
             remap_root: false,
             entrypoint: false,
+            entrypoint_log: false,
             env: Vec::new(),
             mode: Mode::Shared,
             gpus: None,
@@ -228,6 +231,9 @@ pub fn apply(opts: &mut Options, name: &str, value: Option<&str>) -> Result<(), 
         "no-container-remap-root" => opts.remap_root = false,
         "container-entrypoint" => opts.entrypoint = true,
         "no-container-entrypoint" => opts.entrypoint = false,
+        "container-entrypoint-log" => opts.entrypoint_log = true,
+        // Only as PYXIS_CONTAINER_ENTRYPOINT_LOG=0 (Pyxis has no such flag).
+        "no-container-entrypoint-log" => opts.entrypoint_log = false,
         "container-env" => opts.env.extend(comma_list(name, &need(value)?)?),
         "container-mode" => {
             opts.mode = match need(value)?.as_str() {
@@ -288,8 +294,9 @@ pub const OPTIONS: &[(&str, Option<&str>, &str)] = &[
     ("no-container-mount-home", None, "[berth] do not bind the user's home directory"),
     ("container-remap-root", None, "[berth] be root inside the container (mapped to you)"),
     ("no-container-remap-root", None, "[berth] be yourself inside the container (default)"),
-    ("container-entrypoint", None, "[berth] run the image's entrypoint before the command"),
+    ("container-entrypoint", None, "[berth] run the image's entrypoint first, on its own (output hidden), then the command in the environment it left"),
     ("no-container-entrypoint", None, "[berth] do not run the image's entrypoint (default)"),
+    ("container-entrypoint-log", None, "[berth] show the output of the entrypoint that --container-entrypoint runs (hidden by default)"),
     ("container-env", Some("NAME[,NAME...]"), "[berth] these variables take the job's value over the image's"),
     ("container-mode", Some("shared|per-task"), "[berth] one container per node that all tasks join (shared, default) or one per task"),
     ("container-gpus", Some("all|LIST"), "[berth] GPUs to give the container (berth run --gpus)"),
@@ -382,7 +389,14 @@ pub fn berth_argv(
     }
     // An environment file says whether the entrypoint runs (by default
     // it does, as in CSCS's Container Engine).
-    if !opts.entrypoint && opts.environment.is_none() {
+    if opts.entrypoint {
+        // Pyxis's way: the entrypoint runs on its own first, its output
+        // hidden, and the task's command in the environment it left.
+        a.push("--entrypoint-first".into());
+        if opts.entrypoint_log {
+            a.push("--entrypoint-log".into());
+        }
+    } else if opts.environment.is_none() {
         a.push("--entrypoint=".into());
     }
     for m in opts.mounts.iter().chain(extra_binds) {

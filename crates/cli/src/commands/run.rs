@@ -45,6 +45,8 @@ pub fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
     };
     let mut req = request(&image, &args.container);
     req.entrypoint = args.entrypoint;
+    req.entrypoint_first = args.entrypoint_first;
+    req.entrypoint_log = args.entrypoint_log;
     req.args = command;
     if reuse != Reuse::Same && args.shared.is_none() && args.name.is_none() {
         return finish(Err(anyhow!(

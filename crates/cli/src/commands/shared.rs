@@ -43,6 +43,7 @@ pub fn exec(args: ExecArgs) -> Result<ExitCode> {
         } else {
             berth_runtime::seccomp::RootEmulation::None
         },
+        entrypoint_first: None,
     };
     match shared::exec(&args.name, &job) {
         Ok(code) => Ok(ExitCode::from(code.clamp(0, 255) as u8)),

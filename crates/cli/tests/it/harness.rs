@@ -379,6 +379,18 @@ impl Sandbox {
         Out(out)
     }
 
+    /// `berth build -t TAG CONTEXT` (its base from the plain-HTTP test
+    /// registry).
+    pub fn build(&self, tag: &str, context: &Path) -> Out {
+        self.run(&[
+            "build",
+            "--tls-verify=false",
+            "-t",
+            tag,
+            &context.to_string_lossy(),
+        ])
+    }
+
     /// Pulls an image of the anonymous registry (`berth-test/NAME`).
     pub fn pull(&self, name: &str) -> Out {
         let r = format!("{}/berth-test/{name}", self.env.anon());

@@ -265,14 +265,7 @@ fn gpus_from_nvidia_visible_devices() {
     )
     .unwrap();
     sb.chown_to_user(&ctx);
-    sb.run(&[
-        "build",
-        "--tls-verify=false",
-        "-t",
-        "cuda-like",
-        &ctx.to_string_lossy(),
-    ])
-    .ok();
+    sb.build("cuda-like", &ctx).ok();
     let with = |vars: &[(&str, &str)], image: &str| {
         let mut c = sb.berth(&["run", image, "/bin/sh", "-c", SHOW]);
         c.envs(vars.iter().copied());

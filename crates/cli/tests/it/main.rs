@@ -33,6 +33,7 @@ mod runtime_run;
 mod runtime_shared;
 mod security_review;
 mod slurm_edf;
+mod slurm_entrypoint;
 mod slurm_global;
 mod slurm_pyxis;
 mod slurm_spank;

@@ -10,7 +10,7 @@ use crate::slurm_spank::{image, sandbox};
 
 /// `srun -N1 ARGS` with extra variables in srun's environment, from the
 /// sandbox's directory.
-fn srun(sb: &Sandbox, env: &[(&str, &str)], args: &[&str]) -> Out {
+pub(crate) fn srun(sb: &Sandbox, env: &[(&str, &str)], args: &[&str]) -> Out {
     let mut all = vec!["-N1"];
     all.extend_from_slice(args);
     let mut c = sb.command(Path::new("/usr/bin/srun"), &all);
@@ -20,7 +20,7 @@ fn srun(sb: &Sandbox, env: &[(&str, &str)], args: &[&str]) -> Out {
     Out(c.output().unwrap())
 }
 
-fn last_line(out: &Out) -> String {
+pub(crate) fn last_line(out: &Out) -> String {
     out.stdout().lines().last().unwrap_or_default().to_string()
 }
 

@@ -63,6 +63,27 @@ pub struct Process {
     /// Root emulation (owner and identity calls faked) for `--fakeroot`.
     #[serde(default)]
     pub root_emulation: crate::seccomp::RootEmulation,
+    /// An entrypoint to run on its own before the command, whose
+    /// environment the command gets (`--entrypoint-first`).
+    #[serde(default)]
+    pub entrypoint_first: Option<crate::entrypoint_first::EntrypointFirst>,
+}
+
+impl Process {
+    /// The command's environment: `env`, or what the entrypoint that runs
+    /// first left (see [`crate::entrypoint_first`]; exits on its failure).
+    pub fn env_after_entrypoint(&self, env: &[(String, String)]) -> Vec<(String, String)> {
+        match &self.entrypoint_first {
+            Some(first) => crate::entrypoint_first::run(
+                first,
+                env,
+                &self.workdir,
+                self.argv0_fallback,
+                (&self.seccomp, self.root_emulation.wanted()),
+            ),
+            None => env.to_vec(),
+        }
+    }
 }
 
 impl Process {
@@ -336,7 +357,8 @@ fn start_in_child(
 ) -> Result<std::convert::Infallible> {
     let built = build(k, spec, lease, &mut timing, sync)?;
     let p = &spec.process;
-    let program = process::resolve_or_exit(&p.argv[0], &built.env, &p.workdir, p.argv0_fallback);
+    let env = p.env_after_entrypoint(&built.env);
+    let program = process::resolve_or_exit(&p.argv[0], &env, &p.workdir, p.argv0_fallback);
     timing.mark("pivot");
     if spec.pid_ns {
         // PID 1 stays berth: it reaps orphans and forwards signals.
@@ -350,7 +372,7 @@ fn start_in_child(
     }
     timing.mark("exec");
     let emulate = p.root_emulation.wanted();
-    process::exec_command(&program, &p.argv, &built.env, (&p.seccomp, emulate), timing)
+    process::exec_command(&program, &p.argv, &env, (&p.seccomp, emulate), timing, &[])
 }
 
 /// A container built in the calling process: it is in the container's

@@ -31,6 +31,7 @@ fn spec(template: bool, extra: &[&str]) -> RunSpec {
             create_workdir: true,
             seccomp: Default::default(),
             root_emulation: Default::default(),
+            entrypoint_first: None,
         },
         identity: Identity {
             mode: IdMode::Identity,

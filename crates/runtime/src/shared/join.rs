@@ -124,14 +124,15 @@ fn enter_and_exec(k: &dyn Kernel, entry: Entry, job: &Process) -> Result<std::co
     })?;
     k.set_no_new_privs()
         .map_err(|e| Error::sys("set no_new_privs", None, e))?;
-    let program =
-        process::resolve_or_exit(&job.argv[0], &job.env, &job.workdir, job.argv0_fallback);
+    let env = job.env_after_entrypoint(&job.env);
+    let program = process::resolve_or_exit(&job.argv[0], &env, &job.workdir, job.argv0_fallback);
     let emulate = job.root_emulation.wanted();
     process::exec_command(
         &program,
         &job.argv,
-        &job.env,
+        &env,
         (&job.seccomp, emulate),
         Timing::off(),
+        &[],
     )
 }

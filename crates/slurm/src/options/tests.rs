@@ -61,6 +61,7 @@ fn every_option_maps() {
         ("no-container-mount-home", None),
         ("container-remap-root", None),
         ("container-entrypoint", None),
+        ("container-entrypoint-log", None),
         ("container-env", Some("A,B")),
         ("container-gpus", Some("0,1")),
         ("container-modules", Some("mpi,cxi")),
@@ -78,7 +79,7 @@ fn every_option_maps() {
     .join(" ");
     assert_eq!(
         a,
-        "b run --argv0-fallback --env-below-image --shared slurm-42-dev --linger 60 --reuse existing -v /data:/data -v /scratch:/s:ro -v /spool:/spool:ro --tmpfs /t:size=1G -w /work --workdir-must-exist -e A -e B --writable --no-home --fakeroot --gpus 0,1 --mpi --module cxi /usr/bin/hostname -s"
+        "b run --argv0-fallback --env-below-image --shared slurm-42-dev --linger 60 --reuse existing --entrypoint-first --entrypoint-log -v /data:/data -v /scratch:/s:ro -v /spool:/spool:ro --tmpfs /t:size=1G -w /work --workdir-must-exist -e A -e B --writable --no-home --fakeroot --gpus 0,1 --mpi --module cxi /usr/bin/hostname -s"
     );
 }
 

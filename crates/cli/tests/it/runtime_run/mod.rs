@@ -14,10 +14,13 @@
 //! - [`named`]: `--name`: changes kept under a name; `ps -a`, `commit`, `rm`.
 //! - [`binds_only`]: roots without overlayfs, and mount points made in
 //!   read-only directories.
+//! - [`entrypoint_first`]: `--entrypoint-first`: Pyxis's entrypoint, run
+//!   on its own before the command.
 
 mod binds_only;
 mod command;
 pub(crate) mod data_mounts;
+mod entrypoint_first;
 mod environment;
 mod isolation;
 mod named;

@@ -1,0 +1,110 @@
+//! `--entrypoint-first` (Pyxis's `--container-entrypoint`, issue 17): the
+//! entrypoint runs on its own before the command, its output hidden
+//! unless `--entrypoint-log`, and the command gets the environment it
+//! left; an entrypoint that fails, or ends without running what it was
+//! given, stops the run saying so. Also in a shared container's task.
+
+use crate::harness::*;
+use crate::need_env;
+
+/// A host script bound as the entrypoint: a banner on both streams, a
+/// variable, `exec "$@"` (or `exit 3` where `FAIL` is set in the image's
+/// environment, which `-e` stands for here).
+fn entrypoint(sb: &Sandbox) -> String {
+    let script = sb.dir.path().join("ep.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\necho '== BANNER =='\necho 'banner on stderr' >&2\n\
+         [ -n \"$FAIL\" ] && exit 3\nexport FROM_ENTRYPOINT=yes\nexec \"$@\"\n",
+    )
+    .unwrap();
+    std::process::Command::new("chmod")
+        .arg("755")
+        .arg(&script)
+        .status()
+        .unwrap();
+    sb.chown_to_user(&script);
+    format!("{}:/ep.sh:ro", script.display())
+}
+
+#[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
+fn the_entrypoint_runs_first_on_its_own_and_hands_on_its_environment() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let d = sb.debian();
+    let vol = entrypoint(&sb);
+    let first = ["--entrypoint", "/ep.sh", "--entrypoint-first", "-v", &vol];
+    let echo = "echo \"$FROM_ENTRYPOINT $0\"";
+    let run = |extra: &[&str], cmd: &[&str]| {
+        let mut args = vec!["run"];
+        args.extend_from_slice(&first);
+        args.extend_from_slice(extra);
+        args.push(&d);
+        args.extend_from_slice(cmd);
+        sb.run(&args)
+    };
+
+    // Hidden: only the command's output, in the entrypoint's environment.
+    let out = run(&[], &["sh", "-c", echo]).ok();
+    assert_eq!(out.stdout(), "yes sh\n");
+    assert!(!out.stderr().contains("banner"), "{}", out.stderr());
+    // Shown with --entrypoint-log, before the command's.
+    let out = run(&["--entrypoint-log"], &["sh", "-c", echo]).ok();
+    assert_eq!(out.stdout(), "== BANNER ==\nyes sh\n");
+    assert!(
+        out.stderr().contains("banner on stderr"),
+        "{}",
+        out.stderr()
+    );
+    // Docker's way, for comparison: the entrypoint is the command's argv[0].
+    let out = sb
+        .run(&[
+            "run",
+            "--entrypoint",
+            "/ep.sh",
+            "-v",
+            &vol,
+            &d,
+            "sh",
+            "-c",
+            echo,
+        ])
+        .ok();
+    assert_eq!(out.stdout(), "== BANNER ==\nyes sh\n");
+
+    // A failing entrypoint: its status, and its hidden output shown.
+    run(&["-e", "FAIL=1"], &["true"])
+        .fails(3, "the image's entrypoint (/ep.sh) failed (exit status 3)")
+        .fails(3, "== BANNER ==");
+    // One that ends without running its command leaves no environment.
+    let mut args = vec!["run", "--entrypoint", "/bin/true", "--entrypoint-first"];
+    args.extend([d.as_str(), "true"]);
+    sb.run(&args)
+        .fails(125, "ended without running the command it was given");
+    // --entrypoint-log alone is refused.
+    let out = sb.run(&["run", "--entrypoint-log", &d, "true"]);
+    assert_eq!(out.code(), 2, "{}", out.stderr());
+
+    // A task joining a shared container runs it first too (the first
+    // task's binds are the container's).
+    let task = |cmd: &[&str]| {
+        let mut args = vec!["run", "--shared", "ep", "--linger", "5"];
+        args.extend_from_slice(&first);
+        args.push(&d);
+        args.extend_from_slice(cmd);
+        sb.run(&args).ok().stdout()
+    };
+    let ns = task(&["readlink", "/proc/self/ns/mnt"]);
+    assert_eq!(
+        task(&[
+            "sh",
+            "-c",
+            "echo $FROM_ENTRYPOINT; readlink /proc/self/ns/mnt"
+        ]),
+        format!("yes\n{ns}")
+    );
+}

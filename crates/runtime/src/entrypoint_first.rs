@@ -1,0 +1,189 @@
+//! `--entrypoint-first` (Pyxis's `--container-entrypoint`): the image's
+//! entrypoint runs on its own before the command. It is given a helper as
+//! its command, a shell that hands back the environment it was started
+//! with; the command then runs without the entrypoint, in that
+//! environment. The entrypoint's output (NGC images print a banner) is
+//! kept in memory and shown only when it fails, or always with
+//! `--entrypoint-log`.
+
+use std::io::{Read, Seek};
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::EXIT_BERTH;
+use crate::process::{self, Timing};
+use crate::seccomp::Seccomp;
+use crate::sys::{self, Exit, Fork};
+
+/// The entrypoint to run before the command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntrypointFirst {
+    /// The entrypoint's command line (the helper comes after it).
+    pub argv: Vec<String>,
+    /// Show its output as it runs (`--entrypoint-log`).
+    pub log: bool,
+}
+
+/// The helper's script: its own starting environment (what the
+/// entrypoint's `exec "$@"` handed on) to the descriptor `{fd}`, reopened
+/// through /proc so that any descriptor number works in any shell.
+fn helper(fd: i32) -> [String; 3] {
+    [
+        "/bin/sh".into(),
+        "-c".into(),
+        format!("cat /proc/$$/environ > /proc/$$/fd/{fd}"),
+    ]
+}
+
+/// Runs the entrypoint and returns the environment it left for the
+/// command; on failure says why (with the entrypoint's output) and exits
+/// with the entrypoint's status, 127/126 where it cannot be run, or 125.
+pub fn run(
+    first: &EntrypointFirst,
+    env: &[(String, String)],
+    workdir: &str,
+    argv0_fallback: bool,
+    filters: (&Seccomp, bool),
+) -> Vec<(String, String)> {
+    match try_run(first, env, workdir, argv0_fallback, filters) {
+        Ok(env) => env,
+        Err((code, msg)) => {
+            eprintln!("berth: error: {msg}");
+            sys::exit_now(code)
+        }
+    }
+}
+
+fn try_run(
+    first: &EntrypointFirst,
+    env: &[(String, String)],
+    workdir: &str,
+    argv0_fallback: bool,
+    filters: (&Seccomp, bool),
+) -> Result<Vec<(String, String)>, (i32, String)> {
+    let shown = first.argv.join(" ");
+    let setup = |what: &str, e: &dyn std::fmt::Display| {
+        (
+            EXIT_BERTH,
+            format!("cannot run the image's entrypoint first: {what}: {e}"),
+        )
+    };
+    let program = process::resolve_command(&first.argv[0], env, workdir, argv0_fallback)
+        .map_err(|(code, msg)| (code, format!("the image's entrypoint: {msg}")))?;
+    let log: Option<OwnedFd> = if first.log {
+        None
+    } else {
+        Some(
+            rustix::fs::memfd_create("berth-entrypoint", rustix::fs::MemfdFlags::CLOEXEC)
+                .map_err(|e| setup("memfd_create", &e))?,
+        )
+    };
+    let (reader, writer) = rustix::pipe::pipe().map_err(|e| setup("pipe", &e))?;
+    match sys::fork().map_err(|e| setup("fork", &e))? {
+        Fork::Child => {
+            drop(reader);
+            if let Ok(null) = std::fs::File::open("/dev/null") {
+                let _ = rustix::stdio::dup2_stdin(&null);
+            }
+            if let Some(log) = &log {
+                let _ = rustix::stdio::dup2_stdout(log);
+                let _ = rustix::stdio::dup2_stderr(log);
+            }
+            let fd = writer.as_raw_fd();
+            let argv: Vec<String> = first.argv.iter().cloned().chain(helper(fd)).collect();
+            process::exec_command(&program, &argv, env, filters, Timing::off(), &[fd])
+        }
+        Fork::Parent(pid) => {
+            drop(writer);
+            let mut handed = Vec::new();
+            let read = std::fs::File::from(reader).read_to_end(&mut handed);
+            let status = sys::wait(pid, false)
+                .ok()
+                .flatten()
+                .map_or(Exit::Code(EXIT_BERTH), |(_, s)| s);
+            let output = || log.map(output_of).unwrap_or_default();
+            match status {
+                Exit::Code(0) if read.is_ok() && !handed.is_empty() => Ok(parse(&handed)),
+                Exit::Code(0) => Err((
+                    EXIT_BERTH,
+                    format!(
+                        "the image's entrypoint ({shown}) ended without running the command it \
+                         was given, so it left no environment for the command (berth gives it a \
+                         /bin/sh helper that hands the environment back, as Pyxis does: the \
+                         entrypoint must end with exec \"$@\"); run without the entrypoint \
+                         first (srun: without --container-entrypoint){}",
+                        output()
+                    ),
+                )),
+                other => Err((
+                    other.as_code(),
+                    format!(
+                        "the image's entrypoint ({shown}) failed ({}) before the command ran \
+                         (the helper it is given needs /bin/sh and cat in the image){}",
+                        match other {
+                            Exit::Code(c) => format!("exit status {c}"),
+                            Exit::Signal(s) => format!("signal {s}"),
+                        },
+                        output()
+                    ),
+                )),
+            }
+        }
+    }
+}
+
+/// The entrypoint's output kept in `log`, as lines after the message.
+fn output_of(log: OwnedFd) -> String {
+    let mut file = std::fs::File::from(log);
+    let mut text = String::new();
+    if file.rewind().is_err() || file.read_to_string(&mut text).is_err() || text.is_empty() {
+        return String::new();
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    let shown = &lines[lines.len().saturating_sub(20)..];
+    format!(
+        "; its output{}:\n  {}",
+        if shown.len() < lines.len() {
+            " (last 20 lines)"
+        } else {
+            ""
+        },
+        shown.join("\n  ")
+    )
+}
+
+/// `/proc/PID/environ`'s text: `NAME=VALUE` entries ended by NUL.
+fn parse(bytes: &[u8]) -> Vec<(String, String)> {
+    bytes
+        .split(|b| *b == 0)
+        .filter_map(|entry| {
+            let text = String::from_utf8_lossy(entry);
+            let (k, v) = text.split_once('=')?;
+            (!k.is_empty()).then(|| (k.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_environment_is_read_as_proc_shows_it() {
+        assert_eq!(
+            parse(b"A=1\0PATH=/x:/y\0EMPTY=\0=bad\0noequals\0B=a=b\0"),
+            [
+                ("A".into(), "1".into()),
+                ("PATH".into(), "/x:/y".into()),
+                ("EMPTY".into(), String::new()),
+                ("B".into(), "a=b".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn the_helper_writes_through_proc() {
+        assert_eq!(helper(12)[2], "cat /proc/$$/environ > /proc/$$/fd/12");
+    }
+}

@@ -27,7 +27,7 @@ use super::mounts::locked_flags;
 
 /// The most entries a directory may have to be rebuilt as binds (one
 /// mount each).
-pub const MAX_ENTRIES: usize = 2048;
+pub const MAX_ENTRIES: usize = 8192;
 
 /// The source name of a cover's tmpfs, as mountinfo shows it.
 const SOURCE: &str = "berth-underlay";
@@ -65,10 +65,10 @@ pub fn cover(k: &dyn Kernel, root: &OwnedFd, dir: &str) -> Result<()> {
     let entries = names(&below).map_err(|e| Error::sys("list", Some(shown.into()), e))?;
     if entries.len() > MAX_ENTRIES {
         return Err(Error::Mount(format!(
-            "a mount point must be made in {shown}, which is read-only here (the root has no \
-             overlay on this node) and has {} entries, more than the {MAX_ENTRIES} berth binds \
-             back one by one; mount on a path that exists in the image, or under a directory \
-             with fewer entries",
+            "a mount point must be made in {shown}, which is read-only here (an image directory \
+             on a root without overlay, or a read-only bind) and has {} entries, more than the \
+             {MAX_ENTRIES} berth binds back one by one; mount on a path that exists there, or \
+             under a directory with fewer entries",
             entries.len()
         )));
     }
@@ -273,7 +273,7 @@ mod tests {
         let k = Recording::new().with_root(d.path());
         let root_fd: OwnedFd = std::fs::File::open(d.path()).unwrap().into();
         let err = cover(&k, &root_fd, "big").unwrap_err().to_string();
-        assert!(err.contains("more than the 2048"), "{err}");
+        assert!(err.contains("more than the 8192"), "{err}");
         assert!(k.mounts().is_empty(), "nothing mounted");
     }
 }

@@ -7,6 +7,7 @@ mod cli_docs;
 mod doctor;
 mod harness;
 mod harness_fuse;
+mod harness_out;
 mod harness_proxy;
 mod image_build;
 mod image_build_emulation;

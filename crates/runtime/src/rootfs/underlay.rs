@@ -13,7 +13,9 @@
 //! Entries are opened with `O_NOFOLLOW` and bound through their
 //! descriptors: a symlink is copied as a symlink, never followed. Other
 //! entries (files, device nodes, fifos, sockets) are bound onto an empty
-//! file, `nosuid` and `nodev` as the image's own mount.
+//! file, `nosuid` and `nodev` as the image's own mount. An entry that is
+//! a mount of its own (a read-write bind made before the cover) is bound
+//! back with its mounts as they are, not made read-only.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
@@ -154,12 +156,13 @@ fn entry(dir: &OwnedFd, name: &std::ffi::CStr) -> std::result::Result<OwnedFd, E
 }
 
 /// Rebuilds each entry of `below` in `top`: symlinks copied, everything
-/// else bound read-only onto a placeholder of its kind. `shown` names the
-/// directory in messages.
+/// else bound onto a placeholder of its kind, read-only where it is on
+/// `below`'s own mount. `shown` names the directory in messages.
 fn fill(k: &dyn Kernel, below: &OwnedFd, top: &OwnedFd, shown: &str) -> Result<()> {
     let path_of = |name: &std::ffi::CStr| {
         Path::new(shown).join(String::from_utf8_lossy(name.to_bytes()).as_ref())
     };
+    let below_mount = mount_of(below);
     for name in names(below).map_err(|e| Error::sys("list", Some(shown.into()), e))? {
         let here = path_of(&name);
         let source = entry(below, &name).map_err(|e| Error::sys("open", Some(here.clone()), e))?;
@@ -199,12 +202,38 @@ fn fill(k: &dyn Kernel, below: &OwnedFd, top: &OwnedFd, shown: &str) -> Result<(
         drop(at);
         let on_top =
             entry(top, &name).map_err(|e| Error::sys("open the bind", Some(here.clone()), e))?;
+        if mount_of(&source) != below_mount {
+            // A mount of its own (a bind made earlier, a read-write one
+            // say): the copy keeps its flags.
+            continue;
+        }
         let flags =
             libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | locked_flags(&fd_path(&source));
         k.mount(None, &fd_path(&on_top), None, flags, None)
             .map_err(|e| Error::sys("remount read-only", Some(here), e))?;
     }
     Ok(())
+}
+
+/// Which mount `fd` lies on: the mount id (Linux 5.8), else the device
+/// (older kernels: a bind from the image's own file system then counts as
+/// the image's, and is made read-only too).
+fn mount_of(fd: &OwnedFd) -> Option<(bool, u64)> {
+    let st = rustix::fs::statx(
+        fd,
+        "",
+        rustix::fs::AtFlags::EMPTY_PATH,
+        rustix::fs::StatxFlags::MNT_ID,
+    )
+    .ok()?;
+    if st.stx_mask & rustix::fs::StatxFlags::MNT_ID.bits() != 0 {
+        Some((true, st.stx_mnt_id))
+    } else {
+        Some((
+            false,
+            (u64::from(st.stx_dev_major) << 32) | u64::from(st.stx_dev_minor),
+        ))
+    }
 }
 
 #[cfg(test)]

@@ -120,8 +120,14 @@ fn a_mount_point_missing_in_a_read_only_bind_is_made_by_a_cover() {
     std::fs::write(outer.join("kept"), "outer\n").unwrap();
     std::os::unix::fs::symlink("/etc/debian_version", outer.join("link")).unwrap();
     std::fs::write(inner.join("f"), "inner\n").unwrap();
-    sb.chown_to_user(&outer);
-    sb.chown_to_user(&inner);
+    // A read-write bind on a directory of the read-only one, made before
+    // the cover: it stays read-write.
+    let rw = sb.dir.path().join("rw");
+    std::fs::create_dir_all(outer.join("sub")).unwrap();
+    std::fs::create_dir_all(&rw).unwrap();
+    for dir in [&outer, &inner, &rw] {
+        sb.chown_to_user(dir);
+    }
     let out = sb
         .sh(
             &d,
@@ -129,13 +135,18 @@ fn a_mount_point_missing_in_a_read_only_bind_is_made_by_a_cover() {
                 "-v",
                 &format!("{}:/data:ro", outer.display()),
                 "-v",
+                &format!("{}:/data/sub", rw.display()),
+                "-v",
                 &format!("{}:/data/new", inner.display()),
             ],
             "cat /data/kept /data/new/f; readlink /data/link; head -c 3 /data/link; echo; \
-             touch /data/kept 2>&1 | grep -c Read-only",
+             touch /data/kept 2>&1 | grep -c Read-only; echo w > /data/sub/w && cat /data/sub/w",
         )
         .ok();
-    assert_eq!(out.stdout(), "outer\ninner\n/etc/debian_version\n12.\n1\n");
+    assert_eq!(
+        out.stdout(),
+        "outer\ninner\n/etc/debian_version\n12.\n1\nw\n"
+    );
     assert!(
         !outer.join("new").exists(),
         "nothing is made in the read-only bind's host directory"

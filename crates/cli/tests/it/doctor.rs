@@ -82,4 +82,14 @@ fn doctor_finds_what_the_node_gives_and_says_what_is_missing() {
             .contains("chmod 0666 /dev/fuse"),
         "{fuse}"
     );
+
+    // Binds-only roots chosen by the site: overlay is not used.
+    sb.site_config("[runtime]\noverlay = \"none\"\n");
+    let out = sb.run(&["doctor"]).ok().stdout();
+    assert!(
+        out.lines()
+            .any(|l| l.contains("ok    overlay in a user namespace")
+                && l.contains("not used (overlay = \"none\")")),
+        "{out}"
+    );
 }

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use berth_config::ImageMount;
+use berth_config::{ImageMount, RootOverlay};
 use berth_runtime::probe;
 
 use super::Check;
@@ -17,8 +17,8 @@ pub(super) fn kernel_release() -> String {
 }
 
 /// The node's checks, for real root (`root`) or a user whose runs get
-/// images as `image_mount` says.
-pub(super) fn checks(root: bool, image_mount: ImageMount) -> Vec<Check> {
+/// images as `image_mount` says and roots as `overlay` says.
+pub(super) fn checks(root: bool, image_mount: ImageMount, overlay: RootOverlay) -> Vec<Check> {
     let mut out = vec![kernel(&kernel_release())];
     if root {
         out.push(Check::ok(
@@ -71,7 +71,13 @@ pub(super) fn checks(root: bool, image_mount: ImageMount) -> Vec<Check> {
                  unpack their base, and --writable, --overlay, --save and --name are refused; \
                  ask for a 5.11 or later kernel",
             );
-            if c.status == super::Status::Fail {
+            if overlay == RootOverlay::None {
+                c = Check::ok(
+                    c.name,
+                    "not used (overlay = \"none\"): read-only runs get binds-only roots, and \
+                     --writable, --overlay, --save and --name are refused",
+                );
+            } else if c.status == super::Status::Fail && overlay == RootOverlay::Auto {
                 // Read-only runs do without it.
                 c.status = super::Status::Warn;
             }

@@ -107,11 +107,11 @@ pub fn run(config: Result<&Config, String>) -> Report {
     let user = berth_runtime::sys::getpwuid(uid)
         .map(|p| format!("{} (uid {uid})", p.name))
         .unwrap_or_else(|| format!("uid {uid}"));
-    let image_mount = config
+    let (image_mount, overlay) = config
         .as_ref()
-        .map(|c| c.runtime.image_mount)
+        .map(|c| (c.runtime.image_mount, c.runtime.overlay))
         .unwrap_or_default();
-    let mut checks = host::checks(root, image_mount);
+    let mut checks = host::checks(root, image_mount, overlay);
     match config {
         Ok(config) => checks.extend(site::checks(config, root)),
         Err(e) => checks.push(Check::fail(

@@ -172,6 +172,10 @@ fn load_into(
     Ok(())
 }
 
+/// The annotation that shows the entrypoint's output (the Container
+/// Engine's Pyxis).
+pub const ENTRYPOINT_LOG: &str = "com.pyxis.entrypoint_log";
+
 impl Environment {
     /// Lays the environment under `req`: the request's own options add
     /// to the file's (mounts, `-e`, devices, annotations) or override it
@@ -201,6 +205,14 @@ impl Environment {
         req.writable |= self.writable.unwrap_or(false);
         if req.entrypoint.is_none() && self.entrypoint == Some(false) {
             req.entrypoint = Some(String::new());
+        } else if req.entrypoint.is_none() {
+            // As the Container Engine's Pyxis runs it: on its own before
+            // the command, its output hidden unless the file asks for it.
+            req.entrypoint_first = true;
+            req.entrypoint_log |= self
+                .annotations
+                .iter()
+                .any(|(k, v)| k == ENTRYPOINT_LOG && v == "true");
         }
         // The file's [env] over the image's, the image's over the caller's.
         req.env_below_image = true;

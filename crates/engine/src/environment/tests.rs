@@ -125,6 +125,24 @@ fn without_a_workdir_the_image_s_is_used() {
     let mut req = RunRequest::default();
     env.apply(&mut req, &[]).unwrap();
     assert!(req.workdir_image && req.workdir.is_none() && req.entrypoint.is_none());
+    // The entrypoint runs first, hidden, as the Container Engine runs it;
+    // its annotation shows it; --entrypoint on the command line wins.
+    assert!(req.entrypoint_first && !req.entrypoint_log);
+    write(
+        tmp.path(),
+        "log",
+        "image = \"ubuntu:24.04\"\n[annotations]\ncom.pyxis.entrypoint_log = \"true\"\n",
+    );
+    let env = load("log", &search(tmp.path()), &vars).unwrap();
+    let mut req = RunRequest::default();
+    env.apply(&mut req, &[]).unwrap();
+    assert!(req.entrypoint_first && req.entrypoint_log);
+    let mut req = RunRequest {
+        entrypoint: Some("/bin/other".into()),
+        ..Default::default()
+    };
+    env.apply(&mut req, &[]).unwrap();
+    assert!(!req.entrypoint_first);
 }
 
 #[test]

@@ -29,6 +29,7 @@ use serde::Serialize;
 pub mod binds;
 pub mod caller;
 pub mod doctor;
+pub mod entrypoint;
 pub mod environment;
 mod error;
 pub mod identity;
@@ -174,6 +175,8 @@ pub fn prepare(
         let first = (!entrypoint.is_empty()).then_some(EntrypointFirst {
             argv: entrypoint,
             log: req.entrypoint_log,
+            below: Vec::new(),
+            after: Vec::new(),
         });
         (cmd, first)
     } else {
@@ -182,6 +185,15 @@ pub fn prepare(
     let inside = identity::inside(mode, caller);
     let fixed = identity::fixed_env(&inside, &caller.hostname);
     let mut env = semantics::environment(&defaults, &user, &caller.env, &fixed)?;
+    // Under the plugin's policy the entrypoint that runs first sees less
+    // of the task's environment than the command (Pyxis's split).
+    let mut entry_env = match (&first, req.env_below_image) {
+        (Some(_), true) => {
+            let host = entrypoint::imported(&caller.env, &req.env);
+            Some(semantics::environment(&defaults, &user, &host, &fixed)?)
+        }
+        _ => None,
+    };
     let image_env: Vec<(String, String)> = run
         .env
         .iter()
@@ -189,8 +201,10 @@ pub fn prepare(
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     let launcher = launcher::pytorch(&image_env, &caller.env, &env);
-    env.extend(launcher);
-    env.retain(|(k, _)| !req.unset_env.contains(k));
+    for e in std::iter::once(&mut env).chain(entry_env.as_mut()) {
+        e.extend(launcher.iter().cloned());
+        e.retain(|(k, _)| !req.unset_env.contains(k));
+    }
     let cwd = caller.cwd.to_str().filter(|_| !req.workdir_image);
     let workdir = semantics::workdir(&defaults, &user, cwd)?;
     // Host resources: what every run gets (site modules that apply always:
@@ -199,8 +213,20 @@ pub fn prepare(
     let annotations = inject::annotations(&req.annotations)?;
     let implicit = berth_inject::gpu::from_environment(&caller.env, &image_env);
     let (always, requested) = inject::plans(config, req, &argv[0], &annotations, implicit)?;
-    always.apply_env(&mut env);
-    requested.apply_env(&mut env);
+    for e in std::iter::once(&mut env).chain(entry_env.as_mut()) {
+        always.apply_env(e);
+        requested.apply_env(e);
+    }
+    // The split: the entrypoint's environment is the process's, and the
+    // command's is made from the task's under what it leaves.
+    let (env, first) = match (entry_env, first) {
+        (Some(entry), Some(mut first)) => {
+            first.below = env;
+            first.after = entrypoint::named(&caller.env, &req.env);
+            (entry, Some(first))
+        }
+        (_, first) => (env, first),
+    };
     // An IPC namespace of its own comes with a /dev/shm of its own.
     let mut tmpfs = req.tmpfs.clone();
     if own.ipc {

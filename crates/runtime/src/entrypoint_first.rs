@@ -23,6 +23,13 @@ pub struct EntrypointFirst {
     pub argv: Vec<String>,
     /// Show its output as it runs (`--entrypoint-log`).
     pub log: bool,
+    /// Variables under what the entrypoint leaves (the task's, where the
+    /// entrypoint sees fewer of them than the command: Pyxis's split).
+    #[serde(default)]
+    pub below: Vec<(String, String)>,
+    /// Variables over what the entrypoint leaves (`--container-env`).
+    #[serde(default)]
+    pub after: Vec<(String, String)>,
 }
 
 /// The helper's script: its own starting environment (what the
@@ -104,7 +111,9 @@ fn try_run(
                 .map_or(Exit::Code(EXIT_BERTH), |(_, s)| s);
             let output = || log.map(output_of).unwrap_or_default();
             match status {
-                Exit::Code(0) if read.is_ok() && !handed.is_empty() => Ok(parse(&handed)),
+                Exit::Code(0) if read.is_ok() && !handed.is_empty() => {
+                    Ok(layered(&first.below, parse(&handed), &first.after))
+                }
                 Exit::Code(0) => Err((
                     EXIT_BERTH,
                     format!(
@@ -153,6 +162,22 @@ fn output_of(log: OwnedFd) -> String {
     )
 }
 
+/// `below`, then what the entrypoint left over it, then `after` over both.
+fn layered(
+    below: &[(String, String)],
+    left: Vec<(String, String)>,
+    after: &[(String, String)],
+) -> Vec<(String, String)> {
+    let mut env = below.to_vec();
+    for (k, v) in left.into_iter().chain(after.iter().cloned()) {
+        match env.iter_mut().find(|(n, _)| *n == k) {
+            Some(slot) => slot.1 = v,
+            None => env.push((k, v)),
+        }
+    }
+    env
+}
+
 /// `/proc/PID/environ`'s text: `NAME=VALUE` entries ended by NUL.
 fn parse(bytes: &[u8]) -> Vec<(String, String)> {
     bytes
@@ -179,6 +204,23 @@ mod tests {
                 ("EMPTY".into(), String::new()),
                 ("B".into(), "a=b".into())
             ]
+        );
+    }
+
+    #[test]
+    fn the_entrypoints_variables_go_over_the_tasks_and_the_named_over_both() {
+        let v = |l: &[(&str, &str)]| -> Vec<(String, String)> {
+            l.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(
+            layered(
+                &v(&[("TLS", "1"), ("HOST", "task"), ("N", "task")]),
+                v(&[("HOST", "ep"), ("N", "ep"), ("NEW", "ep")]),
+                &v(&[("N", "task")])
+            ),
+            v(&[("TLS", "1"), ("HOST", "ep"), ("N", "task"), ("NEW", "ep")])
         );
     }
 

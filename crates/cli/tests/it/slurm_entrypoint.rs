@@ -22,7 +22,8 @@ fn the_entrypoint_runs_first_with_its_banner_hidden() {
     fs::create_dir_all(&ctx).unwrap();
     fs::write(
         ctx.join("ep.sh"),
-        "#!/bin/sh\necho '== CUDA =='\nexport FROM_ENTRYPOINT=yes\nexec \"$@\"\n",
+        "#!/bin/sh\necho '== CUDA =='\necho \"saw=${TASKVAR-unset}\"\nexport FROM_ENTRYPOINT=yes\n\
+         exec \"$@\"\n",
     )
     .unwrap();
     fs::write(
@@ -59,7 +60,7 @@ fn the_entrypoint_runs_first_with_its_banner_hidden() {
         ],
     )
     .ok();
-    assert_eq!(out.stdout(), "== CUDA ==\nyes\n");
+    assert_eq!(out.stdout(), "== CUDA ==\nsaw=unset\nyes\n");
     let log = [("PYXIS_CONTAINER_ENTRYPOINT_LOG", "1")];
     let out = srun(
         &sb,
@@ -69,4 +70,35 @@ fn the_entrypoint_runs_first_with_its_banner_hidden() {
     .ok();
     assert!(out.stdout().starts_with("== CUDA =="), "{}", out.stdout());
     assert_eq!(last_line(&out), "yes");
+
+    // Pyxis's split (entrypoint.bats 3): a variable exported before srun
+    // reaches the command but not the entrypoint, and what the entrypoint
+    // sets wins over the task's, unless --container-env names them.
+    let task = [
+        ("TASKVAR", "1"),
+        ("FROM_ENTRYPOINT", "task"),
+        ("PYXIS_CONTAINER_ENTRYPOINT_LOG", "1"),
+    ];
+    let both = "echo $TASKVAR $FROM_ENTRYPOINT";
+    let out = srun(
+        &sb,
+        &task,
+        &[img, "--container-entrypoint", "sh", "-c", both],
+    )
+    .ok();
+    assert_eq!(out.stdout(), "== CUDA ==\nsaw=unset\n1 yes\n");
+    let out = srun(
+        &sb,
+        &task,
+        &[
+            img,
+            "--container-entrypoint",
+            "--container-env=TASKVAR,FROM_ENTRYPOINT",
+            "sh",
+            "-c",
+            both,
+        ],
+    )
+    .ok();
+    assert_eq!(out.stdout(), "== CUDA ==\nsaw=1\n1 task\n");
 }

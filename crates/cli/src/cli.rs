@@ -296,8 +296,8 @@ pub struct RunArgs {
     /// Run the image's entrypoint (or --entrypoint) first, on its own, with its output hidden, then the command without it, in the environment the entrypoint left (Pyxis's --container-entrypoint): the entrypoint must end with exec "$@", and the image needs /bin/sh and cat.
     #[arg(long)]
     pub entrypoint_first: bool,
-    /// With --entrypoint-first: show the entrypoint's output (Pyxis's --container-entrypoint-log).
-    #[arg(long, requires = "entrypoint_first")]
+    /// Show the output of an entrypoint run first (--entrypoint-first, or an environment file's): Pyxis's --container-entrypoint-log. Without one, it has no effect.
+    #[arg(long)]
     pub entrypoint_log: bool,
     /// Keep the container's changes under NAME in your store (the root is writable): a later run with --name NAME and the same image goes on from them; berth ps -a lists named containers, berth commit saves one as an image, berth rm removes one. Also the container's id in the OCI state hooks see.
     #[arg(long)]

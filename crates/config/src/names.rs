@@ -14,6 +14,10 @@ pub const KEY_MAX: usize = 200;
 pub const NAME_RULE: &str =
     "use 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit";
 
+/// What a per-node key may be, for messages.
+pub const KEY_RULE: &str =
+    "use 1 to 200 letters, digits, '.', '_' or '-', starting with a letter or digit";
+
 /// Whether `name` may name a container: 1 to [`NAME_MAX`] letters,
 /// digits, `.`, `_` or `-`, starting with a letter or digit.
 pub fn name_ok(name: &str) -> bool {

@@ -39,13 +39,14 @@ pub fn imported(host: &[(String, String)], env_args: &[String]) -> Vec<(String, 
         .collect()
 }
 
-/// The `--container-env` names with the task's values: set over what the
-/// entrypoint leaves.
-pub fn named(host: &[(String, String)], env_args: &[String]) -> Vec<(String, String)> {
+/// The `--container-env` names with their values in the command's
+/// environment `env` (the task's, with injected paths added): set over
+/// what the entrypoint leaves.
+pub fn named(env: &[(String, String)], env_args: &[String]) -> Vec<(String, String)> {
     env_args
         .iter()
         .filter(|n| !n.contains('='))
-        .filter_map(|n| host.iter().find(|(k, _)| k == n).cloned())
+        .filter_map(|n| env.iter().find(|(k, _)| k == n).cloned())
         .collect()
 }
 

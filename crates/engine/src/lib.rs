@@ -175,7 +175,7 @@ pub fn prepare(
         let first = (!entrypoint.is_empty()).then_some(EntrypointFirst {
             argv: entrypoint,
             log: req.entrypoint_log,
-            below: Vec::new(),
+            sees: None,
             after: Vec::new(),
         });
         (cmd, first)
@@ -217,16 +217,16 @@ pub fn prepare(
         always.apply_env(e);
         requested.apply_env(e);
     }
-    // The split: the entrypoint's environment is the process's, and the
-    // command's is made from the task's under what it leaves.
-    let (env, first) = match (entry_env, first) {
-        (Some(entry), Some(mut first)) => {
-            first.below = env;
-            first.after = entrypoint::named(&caller.env, &req.env);
-            (entry, Some(first))
+    // The split: the entrypoint sees its own environment, and the
+    // command's goes under what it leaves, with the named variables (as
+    // the command would have them: injected paths kept) over both.
+    let first = first.map(|mut first| {
+        if entry_env.is_some() {
+            first.after = entrypoint::named(&env, &req.env);
+            first.sees = entry_env;
         }
-        (_, first) => (env, first),
-    };
+        first
+    });
     // An IPC namespace of its own comes with a /dev/shm of its own.
     let mut tmpfs = req.tmpfs.clone();
     if own.ipc {

@@ -23,29 +23,35 @@ pub struct EntrypointFirst {
     pub argv: Vec<String>,
     /// Show its output as it runs (`--entrypoint-log`).
     pub log: bool,
-    /// Variables under what the entrypoint leaves (the task's, where the
-    /// entrypoint sees fewer of them than the command: Pyxis's split).
+    /// The entrypoint's own environment where it sees less than the
+    /// command (Pyxis's split): the command's then goes under what the
+    /// entrypoint leaves. `None`: it sees the command's, and what it
+    /// leaves is the command's.
     #[serde(default)]
-    pub below: Vec<(String, String)>,
+    pub sees: Option<Vec<(String, String)>>,
     /// Variables over what the entrypoint leaves (`--container-env`).
     #[serde(default)]
     pub after: Vec<(String, String)>,
 }
 
 /// The helper's script: its own starting environment (what the
-/// entrypoint's `exec "$@"` handed on) to the descriptor `{fd}`, reopened
-/// through /proc so that any descriptor number works in any shell.
+/// entrypoint's `exec "$@"` handed on) to the memfd `{fd}`, reopened
+/// through /proc so that any descriptor number works in any shell. The
+/// `exit` keeps the shell from replacing itself with `cat`, whose
+/// environment would be the shell's exports.
 fn helper(fd: i32) -> [String; 3] {
     [
         "/bin/sh".into(),
         "-c".into(),
-        format!("cat /proc/$$/environ > /proc/$$/fd/{fd}"),
+        format!("cat /proc/$$/environ > /proc/$$/fd/{fd}; exit $?"),
     ]
 }
 
-/// Runs the entrypoint and returns the environment it left for the
-/// command; on failure says why (with the entrypoint's output) and exits
-/// with the entrypoint's status, 127/126 where it cannot be run, or 125.
+/// Runs the entrypoint and returns the command's environment (`env`, the
+/// command's own, as [`EntrypointFirst::sees`] says); on failure says why
+/// (with the entrypoint's output) and exits with the entrypoint's status,
+/// 127/126 where it cannot be run, or 125. Signals sent to berth while it
+/// runs are passed on to it.
 pub fn run(
     first: &EntrypointFirst,
     env: &[(String, String)],
@@ -76,7 +82,8 @@ fn try_run(
             format!("cannot run the image's entrypoint first: {what}: {e}"),
         )
     };
-    let program = process::resolve_command(&first.argv[0], env, workdir, argv0_fallback)
+    let sees = first.sees.as_deref().unwrap_or(env);
+    let program = process::resolve_command(&first.argv[0], sees, workdir, argv0_fallback)
         .map_err(|(code, msg)| (code, format!("the image's entrypoint: {msg}")))?;
     let log: Option<OwnedFd> = if first.log {
         None
@@ -86,10 +93,14 @@ fn try_run(
                 .map_err(|e| setup("memfd_create", &e))?,
         )
     };
-    let (reader, writer) = rustix::pipe::pipe().map_err(|e| setup("pipe", &e))?;
+    // A memfd, not a pipe: a process the entrypoint leaves running in the
+    // background holds no write end that berth would wait on. Not
+    // close-on-exec: the helper inherits it (the command does not).
+    let handed = rustix::fs::memfd_create("berth-entrypoint-env", rustix::fs::MemfdFlags::empty())
+        .map_err(|e| setup("memfd_create", &e))?;
+    let signals = process::block_watched().map_err(|e| setup("block signals", &e))?;
     match sys::fork().map_err(|e| setup("fork", &e))? {
         Fork::Child => {
-            drop(reader);
             if let Ok(null) = std::fs::File::open("/dev/null") {
                 let _ = rustix::stdio::dup2_stdin(&null);
             }
@@ -97,22 +108,20 @@ fn try_run(
                 let _ = rustix::stdio::dup2_stdout(log);
                 let _ = rustix::stdio::dup2_stderr(log);
             }
-            let fd = writer.as_raw_fd();
+            let fd = handed.as_raw_fd();
             let argv: Vec<String> = first.argv.iter().cloned().chain(helper(fd)).collect();
-            process::exec_command(&program, &argv, env, filters, Timing::off(), &[fd])
+            process::exec_command(&program, &argv, sees, filters, Timing::off(), &[fd])
         }
         Fork::Parent(pid) => {
-            drop(writer);
-            let mut handed = Vec::new();
-            let read = std::fs::File::from(reader).read_to_end(&mut handed);
-            let status = sys::wait(pid, false)
-                .ok()
-                .flatten()
-                .map_or(Exit::Code(EXIT_BERTH), |(_, s)| s);
+            let status = process::supervise(pid, &signals);
+            let mut file = std::fs::File::from(handed);
+            let mut bytes = Vec::new();
+            let read = file.rewind().and_then(|()| file.read_to_end(&mut bytes));
             let output = || log.map(output_of).unwrap_or_default();
+            let below: &[(String, String)] = if first.sees.is_some() { env } else { &[] };
             match status {
-                Exit::Code(0) if read.is_ok() && !handed.is_empty() => {
-                    Ok(layered(&first.below, parse(&handed), &first.after))
+                Exit::Code(0) if read.is_ok() && !bytes.is_empty() => {
+                    Ok(layered(below, parse(&bytes), &first.after))
                 }
                 Exit::Code(0) => Err((
                     EXIT_BERTH,
@@ -226,6 +235,9 @@ mod tests {
 
     #[test]
     fn the_helper_writes_through_proc() {
-        assert_eq!(helper(12)[2], "cat /proc/$$/environ > /proc/$$/fd/12");
+        assert_eq!(
+            helper(12)[2],
+            "cat /proc/$$/environ > /proc/$$/fd/12; exit $?"
+        );
     }
 }

@@ -393,11 +393,12 @@ pub fn berth_argv(
         // Pyxis's way: the entrypoint runs on its own first, its output
         // hidden, and the task's command in the environment it left.
         a.push("--entrypoint-first".into());
-        if opts.entrypoint_log {
-            a.push("--entrypoint-log".into());
-        }
     } else if opts.environment.is_none() {
         a.push("--entrypoint=".into());
+    }
+    // Also for an environment file, which runs the entrypoint first.
+    if opts.entrypoint_log && (opts.entrypoint || opts.environment.is_some()) {
+        a.push("--entrypoint-log".into());
     }
     for m in opts.mounts.iter().chain(extra_binds) {
         a.push("-v".into());

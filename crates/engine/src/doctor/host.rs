@@ -67,9 +67,10 @@ pub(super) fn checks(root: bool, image_mount: ImageMount, overlay: RootOverlay) 
                 probe::overlay_in_user_namespace(),
                 "--writable, --overlay, --save and builds can use overlayfs",
                 "the kernel (before 5.11, or a distribution that turned it off) refuses \
-                 overlayfs in user namespaces: read-only runs get binds-only roots, builds \
-                 unpack their base, and --writable, --overlay, --save and --name are refused; \
-                 ask for a 5.11 or later kernel",
+                 overlayfs in user namespaces: with overlay = \"auto\" read-only runs get \
+                 binds-only roots (with \"kernel\" they fail), builds unpack their base, and \
+                 --writable, --overlay, --save and --name are refused; ask for a 5.11 or later \
+                 kernel",
             );
             if overlay == RootOverlay::None {
                 c = Check::ok(

@@ -310,15 +310,22 @@ fn base<'a>(k: &dyn Kernel, layers: Layers<'a>) -> Result<(PathBuf, Option<(&'a 
                 Ok(()) => {}
                 // The kernel refuses overlayfs here (before 5.11 in a user
                 // namespace, or turned off): a read-only run does not need it.
-                Err(e) if overlay == RootOverlay::Auto && user_xattr && !needs_layer => {
+                Err(e @ (Errno::PERM | Errno::NODEV | Errno::INVAL))
+                    if overlay == RootOverlay::Auto && user_xattr && !needs_layer =>
+                {
                     tracing::debug!("no overlayfs ({e}): a binds-only root");
                     if hints.is_some() {
                         let _ = std::fs::remove_dir_all(stage.join("hints"));
                     }
                     underlay::root(k, image, &root)?;
                 }
-                Err(e @ (Errno::PERM | Errno::NODEV))
-                    if overlay == RootOverlay::Auto && user_xattr =>
+                // EINVAL: `userxattr` unknown before 5.11 (or a persistent
+                // layer's file system, whose error is its own).
+                Err(e)
+                    if overlay == RootOverlay::Auto
+                        && user_xattr
+                        && (matches!(e, Errno::PERM | Errno::NODEV)
+                            || (e == Errno::INVAL && persistent.is_none())) =>
                 {
                     return Err(no_overlay(Some(e)))
                 }

@@ -17,7 +17,7 @@
 //! a mount of its own (a read-write bind made before the cover) is bound
 //! back with its mounts as they are, not made read-only.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
 
 use rustix::fs::{Dir, FileType, Mode, OFlags};
@@ -91,7 +91,10 @@ pub fn cover(k: &dyn Kernel, root: &OwnedFd, dir: &str) -> Result<()> {
     let top = k
         .open_in_root(root.as_fd(), dir, OFlags::DIRECTORY | OFlags::RDONLY)
         .map_err(|e| Error::sys("open the tmpfs on", Some(shown.into()), e))?;
-    UNSEALED.with(|u| u.borrow_mut().push(dir.to_string()));
+    let dev = rustix::fs::fstat(&top)
+        .map(|st| st.st_dev)
+        .map_err(|e| Error::sys("stat the tmpfs on", Some(shown.into()), e))?;
+    UNSEALED.with(|u| u.borrow_mut().push((dir.to_string(), dev)));
     fill(k, &below, &top, shown)
 }
 
@@ -100,16 +103,23 @@ thread_local! {
     /// the root): a root is assembled on one thread, and its covers are
     /// sealed by path, not found in mountinfo (a recursive bind of a host
     /// directory can show copies of the root's own mounts there).
-    static UNSEALED: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Each with its tmpfs's device: a path that a later bind covered
+    /// shows another device and is left alone.
+    static UNSEALED: std::cell::RefCell<Vec<(String, u64)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Makes the covers made since the last call read-only, once the mount
 /// points exist: the last step before the root itself is.
 pub fn seal_all(k: &dyn Kernel, root: &OwnedFd) -> Result<()> {
-    for dir in UNSEALED.with(|u| std::mem::take(&mut *u.borrow_mut())) {
+    for (dir, dev) in UNSEALED.with(|u| std::mem::take(&mut *u.borrow_mut())) {
         let at = k
             .open_in_root(root.as_fd(), &dir, OFlags::PATH)
             .map_err(|e| Error::sys("open", Some(dir.clone().into()), e))?;
+        if rustix::fs::fstat(&at).map(|st| st.st_dev) != Ok(dev) {
+            // A bind made since covers the cover (a user's `-v` on the
+            // same path): that mount keeps its own flags.
+            continue;
+        }
         k.mount(
             None,
             &fd_path(&at),
@@ -215,25 +225,19 @@ fn fill(k: &dyn Kernel, below: &OwnedFd, top: &OwnedFd, shown: &str) -> Result<(
     Ok(())
 }
 
-/// Which mount `fd` lies on: the mount id (Linux 5.8), else the device
-/// (older kernels: a bind from the image's own file system then counts as
-/// the image's, and is made read-only too).
-fn mount_of(fd: &OwnedFd) -> Option<(bool, u64)> {
-    let st = rustix::fs::statx(
-        fd,
-        "",
-        rustix::fs::AtFlags::EMPTY_PATH,
-        rustix::fs::StatxFlags::MNT_ID,
-    )
-    .ok()?;
-    if st.stx_mask & rustix::fs::StatxFlags::MNT_ID.bits() != 0 {
-        Some((true, st.stx_mnt_id))
-    } else {
-        Some((
-            false,
-            (u64::from(st.stx_dev_major) << 32) | u64::from(st.stx_dev_minor),
-        ))
-    }
+/// Which mount `fd` lies on: the `mnt_id` of its /proc/self/fdinfo entry
+/// (Linux 3.15 and later, so RHEL 8's kernel too).
+fn mount_of(fd: &OwnedFd) -> Option<u64> {
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd())).ok()?;
+    mnt_id(&info)
+}
+
+/// The `mnt_id:` line of an fdinfo text.
+fn mnt_id(fdinfo: &str) -> Option<u64> {
+    fdinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("mnt_id:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 #[cfg(test)]
@@ -289,6 +293,17 @@ mod tests {
             assert_ne!(remount.3 & libc::MS_NODEV, 0);
             assert!(!bind.1.contains("hostetc"), "{bind:?}");
         }
+    }
+
+    #[test]
+    fn the_mount_id_is_read_from_fdinfo() {
+        assert_eq!(
+            mnt_id("pos:\t0\nflags:\t02000000\nmnt_id:\t29\nino:\t5\n"),
+            Some(29)
+        );
+        assert_eq!(mnt_id("pos:\t0\n"), None);
+        let f: OwnedFd = std::fs::File::open("/").unwrap().into();
+        assert!(mount_of(&f).is_some());
     }
 
     #[test]

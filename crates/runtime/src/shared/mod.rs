@@ -163,7 +163,7 @@ pub fn validate_key(key: &str) -> Result<()> {
     } else {
         Err(Error::Usage(format!(
             "container name {key:?}: {}",
-            berth_config::names::NAME_RULE
+            berth_config::names::KEY_RULE
         )))
     }
 }

@@ -92,6 +92,22 @@ fn a_root_without_overlay_shows_the_image_and_makes_mount_points() {
         std::fs::remove_file(data.join("out")).unwrap();
     }
 
+    // A working directory made in a cover that a bind then covers: the
+    // bind (read-write) is not sealed with the cover.
+    let rw = sb.dir.path().join("rw");
+    std::fs::create_dir_all(rw.join("sub")).unwrap();
+    sb.chown_to_user(&rw);
+    let vol = format!("{}:/usr/share/doc", rw.display());
+    let out = sb
+        .sh(
+            &d,
+            &["-v", &vol, "-w", "/usr/share/doc/sub"],
+            "echo w > /usr/share/doc/w && pwd",
+        )
+        .ok();
+    assert_eq!(out.stdout(), "/usr/share/doc/sub\n");
+    assert_eq!(std::fs::read_to_string(rw.join("w")).unwrap(), "w\n");
+
     // A writable run is refused, saying why and what to do.
     for flags in [&["--writable"][..], &["--name", "kept"][..]] {
         let mut args = vec!["run"];

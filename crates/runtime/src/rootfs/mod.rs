@@ -238,7 +238,7 @@ pub fn prepare(k: &dyn Kernel, plan: &RootfsPlan<'_>) -> Result<PathBuf> {
     Ok(root)
 }
 
-/// The remount that makes a container's root read-only.
+/// The remount that makes a container's root read-only (and a cover).
 const ROOT_READ_ONLY: sys::MountFlags =
     libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
 

@@ -40,7 +40,21 @@ const SOURCE: &str = "berth-underlay";
 /// the root read-only when its mount points exist).
 pub fn root(k: &dyn Kernel, image: &Path, target: &Path) -> Result<()> {
     let below = open_dir(image).map_err(|e| Error::sys("open the image", Some(image.into()), e))?;
-    let mode = rustix::fs::fstat(&below)
+    let entries = names(&below).map_err(|e| Error::sys("list", Some(image.into()), e))?;
+    mount_tmpfs_like(k, &below, target)
+        .map_err(|e| Error::sys("mount the root's tmpfs on", Some(target.into()), e))?;
+    let top = open_dir(target).map_err(|e| Error::sys("open", Some(target.into()), e))?;
+    fill(k, &below, &entries, &top, "/")
+}
+
+/// Mounts a cover's tmpfs on `target` with the mode of the directory
+/// `below` it covers.
+fn mount_tmpfs_like(
+    k: &dyn Kernel,
+    below: &OwnedFd,
+    target: &Path,
+) -> std::result::Result<(), Errno> {
+    let mode = rustix::fs::fstat(below)
         .map(|st| st.st_mode & 0o7777)
         .unwrap_or(0o755);
     k.mount(
@@ -50,9 +64,6 @@ pub fn root(k: &dyn Kernel, image: &Path, target: &Path) -> Result<()> {
         libc::MS_NOSUID | libc::MS_NODEV,
         Some(&format!("mode={mode:o}")),
     )
-    .map_err(|e| Error::sys("mount the root's tmpfs on", Some(target.into()), e))?;
-    let top = open_dir(target).map_err(|e| Error::sys("open", Some(target.into()), e))?;
-    fill(k, &below, &top, "/")
 }
 
 /// Covers the read-only directory `dir` (a path inside `root`, already
@@ -74,20 +85,11 @@ pub fn cover(k: &dyn Kernel, root: &OwnedFd, dir: &str) -> Result<()> {
             entries.len()
         )));
     }
-    let mode = rustix::fs::fstat(&below)
-        .map(|st| st.st_mode & 0o7777)
-        .unwrap_or(0o755);
     let at = k
         .open_in_root(root.as_fd(), dir, OFlags::PATH)
         .map_err(|e| Error::sys("open", Some(shown.into()), e))?;
-    k.mount(
-        Some(Path::new(SOURCE)),
-        &fd_path(&at),
-        Some("tmpfs"),
-        libc::MS_NOSUID | libc::MS_NODEV,
-        Some(&format!("mode={mode:o}")),
-    )
-    .map_err(|e| Error::sys("mount a tmpfs on", Some(shown.into()), e))?;
+    mount_tmpfs_like(k, &below, &fd_path(&at))
+        .map_err(|e| Error::sys("mount a tmpfs on", Some(shown.into()), e))?;
     let top = k
         .open_in_root(root.as_fd(), dir, OFlags::DIRECTORY | OFlags::RDONLY)
         .map_err(|e| Error::sys("open the tmpfs on", Some(shown.into()), e))?;
@@ -95,7 +97,7 @@ pub fn cover(k: &dyn Kernel, root: &OwnedFd, dir: &str) -> Result<()> {
         .map(|st| st.st_dev)
         .map_err(|e| Error::sys("stat the tmpfs on", Some(shown.into()), e))?;
     UNSEALED.with(|u| u.borrow_mut().push((dir.to_string(), dev)));
-    fill(k, &below, &top, shown)
+    fill(k, &below, &entries, &top, shown)
 }
 
 thread_local! {
@@ -120,14 +122,8 @@ pub fn seal_all(k: &dyn Kernel, root: &OwnedFd) -> Result<()> {
             // same path): that mount keeps its own flags.
             continue;
         }
-        k.mount(
-            None,
-            &fd_path(&at),
-            None,
-            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
-            None,
-        )
-        .map_err(|e| Error::sys("remount read-only", Some(dir.into()), e))?;
+        k.mount(None, &fd_path(&at), None, super::ROOT_READ_ONLY, None)
+            .map_err(|e| Error::sys("remount read-only", Some(dir.into()), e))?;
     }
     Ok(())
 }
@@ -168,14 +164,20 @@ fn entry(dir: &OwnedFd, name: &std::ffi::CStr) -> std::result::Result<OwnedFd, E
 /// Rebuilds each entry of `below` in `top`: symlinks copied, everything
 /// else bound onto a placeholder of its kind, read-only where it is on
 /// `below`'s own mount. `shown` names the directory in messages.
-fn fill(k: &dyn Kernel, below: &OwnedFd, top: &OwnedFd, shown: &str) -> Result<()> {
+fn fill(
+    k: &dyn Kernel,
+    below: &OwnedFd,
+    entries: &[std::ffi::CString],
+    top: &OwnedFd,
+    shown: &str,
+) -> Result<()> {
     let path_of = |name: &std::ffi::CStr| {
         Path::new(shown).join(String::from_utf8_lossy(name.to_bytes()).as_ref())
     };
     let below_mount = mount_of(below);
-    for name in names(below).map_err(|e| Error::sys("list", Some(shown.into()), e))? {
-        let here = path_of(&name);
-        let source = entry(below, &name).map_err(|e| Error::sys("open", Some(here.clone()), e))?;
+    for name in entries {
+        let here = path_of(name);
+        let source = entry(below, name).map_err(|e| Error::sys("open", Some(here.clone()), e))?;
         let kind = rustix::fs::fstat(&source)
             .map(|st| FileType::from_raw_mode(st.st_mode))
             .map_err(|e| Error::sys("stat", Some(here.clone()), e))?;
@@ -199,7 +201,7 @@ fn fill(k: &dyn Kernel, below: &OwnedFd, top: &OwnedFd, shown: &str) -> Result<(
             .map(drop),
         };
         made.map_err(|e| Error::sys("make a mount point for", Some(here.clone()), e))?;
-        let at = entry(top, &name)
+        let at = entry(top, name)
             .map_err(|e| Error::sys("open the mount point", Some(here.clone()), e))?;
         k.mount(
             Some(&fd_path(&source)),
@@ -211,7 +213,7 @@ fn fill(k: &dyn Kernel, below: &OwnedFd, top: &OwnedFd, shown: &str) -> Result<(
         .map_err(|e| Error::sys("bind", Some(here.clone()), e))?;
         drop(at);
         let on_top =
-            entry(top, &name).map_err(|e| Error::sys("open the bind", Some(here.clone()), e))?;
+            entry(top, name).map_err(|e| Error::sys("open the bind", Some(here.clone()), e))?;
         if mount_of(&source) != below_mount {
             // A mount of its own (a bind made earlier, a read-write one
             // say): the copy keeps its flags.

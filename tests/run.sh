@@ -39,6 +39,11 @@ BERTH_IT_REQUIRED=1 cargo test --workspace --locked 2>&1 | tee "$log" || status=
 echo "== cargo test, the run tests with the fallbacks forced (BERTH_IT_FALLBACKS)"
 BERTH_IT_REQUIRED=1 BERTH_IT_FALLBACKS=1 cargo test -p berth --test it --locked -- runtime_run:: 2>&1 \
     | tee -a "$log" || status=$?
+# The run tests once more with every root served by fuse-overlayfs, as
+# writable runs are where the kernel refuses overlayfs in user namespaces.
+echo "== cargo test, the run tests through fuse-overlayfs (BERTH_IT_OVERLAY=fuse)"
+BERTH_IT_REQUIRED=1 BERTH_IT_OVERLAY=fuse cargo test -p berth --test it --locked -- runtime_run:: 2>&1 \
+    | tee -a "$log" || status=$?
 # Named containers of global scope: the cluster again with
 # container_scope=global in plugstack.conf, their tests, then as it was.
 echo "== cargo test, the Slurm tests with container_scope=global"

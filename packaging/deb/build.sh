@@ -65,7 +65,7 @@ Architecture: $ARCH
 Maintainer: berth developers <berth@localhost>
 Installed-Size: $SIZE
 Depends: libc6, squashfs-tools-ng, fuse3, uidmap
-Recommends: squashfuse, ca-certificates
+Recommends: squashfuse, ca-certificates, fuse-overlayfs
 Suggests: slurm-wlm
 Section: admin
 Priority: optional

@@ -40,7 +40,7 @@ OTHER_USER=berthother
 REPO=berth-test
 
 PACKAGES=(squashfs-tools-ng squashfs-tools skopeo umoci docker-registry
-          apache2-utils busybox-static zstd squashfuse fuse3 jq python3
+          apache2-utils busybox-static zstd squashfuse fuse3 fuse-overlayfs jq python3
           curl gzip debootstrap podman buildah runc uidmap catatonit openssl gcc libc6-dev mpich libmpich-dev
           slurm-wlm munge openmpi-bin libopenmpi-dev libpmix-dev
           shellcheck flake8 golang-go golang-github-sylabs-sif-dev tinyproxy)

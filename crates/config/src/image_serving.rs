@@ -82,13 +82,18 @@ impl SquashfsServer {
 pub enum RootOverlay {
     /// Kernel overlayfs; where the kernel refuses it in a user namespace
     /// (before 5.11), read-only runs get binds-only roots and writable
-    /// runs fail with what to do.
+    /// runs fuse-overlayfs where it is installed, else fail with what to
+    /// do.
     #[default]
     #[serde(rename = "auto")]
     Auto,
     /// Kernel overlayfs only: a run fails where it cannot mount.
     #[serde(rename = "kernel")]
     Kernel,
+    /// fuse-overlayfs for every root that has an overlay (slower than the
+    /// kernel's: each access crosses a FUSE server).
+    #[serde(rename = "fuse")]
+    Fuse,
     /// Binds-only roots: no writable layer (`--writable`, `--overlay`,
     /// `--save`, `--name` are refused).
     #[serde(rename = "none")]
@@ -104,6 +109,7 @@ impl RootOverlay {
         match self {
             RootOverlay::Auto => "auto",
             RootOverlay::Kernel => "kernel",
+            RootOverlay::Fuse => "fuse",
             RootOverlay::None => "none",
         }
     }
@@ -112,6 +118,7 @@ impl RootOverlay {
     pub fn from_env() -> Self {
         match std::env::var(Self::ENV).as_deref() {
             Ok("kernel") => RootOverlay::Kernel,
+            Ok("fuse") => RootOverlay::Fuse,
             Ok("none") => RootOverlay::None,
             _ => RootOverlay::Auto,
         }

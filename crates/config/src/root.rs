@@ -22,6 +22,8 @@ pub const IGNORED_AS_ROOT: &[&str] = &[
     "BERTH_SQUASHFUSE",
     "BERTH_TAR2SQFS",
     "BERTH_NO_SUBIDS",
+    "BERTH_FUSE_OVERLAYFS",
+    "BERTH_FAULT_REFUSE_OVERLAY",
 ];
 
 /// Whether this process is real root: effective uid 0 in the initial user

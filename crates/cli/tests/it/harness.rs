@@ -240,13 +240,21 @@ impl Sandbox {
         };
         // tests/run.sh's second pass: the fallbacks of nodes without FUSE
         // and users without subordinate ids, forced.
+        let mut runtime = String::new();
         if fallbacks() {
+            runtime.push_str("image_mount = \"unpack\"\n");
+            sb.extra_env.push(("BERTH_NO_SUBIDS".into(), "1".into()));
+        }
+        // tests/run.sh's fuse-overlayfs pass (BERTH_IT_OVERLAY=fuse).
+        if let Ok(overlay) = std::env::var("BERTH_IT_OVERLAY") {
+            runtime.push_str(&format!("overlay = \"{overlay}\"\n"));
+        }
+        if !runtime.is_empty() {
             fs::write(
                 sb.dir.path().join("no-site-config.toml"),
-                "[runtime]\nimage_mount = \"unpack\"\n",
+                format!("[runtime]\n{runtime}"),
             )
             .unwrap();
-            sb.extra_env.push(("BERTH_NO_SUBIDS".into(), "1".into()));
         }
         sb.chown_to_user(sb.dir.path());
         sb

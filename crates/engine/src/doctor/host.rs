@@ -68,21 +68,28 @@ pub(super) fn checks(root: bool, image_mount: ImageMount, overlay: RootOverlay) 
                 "--writable, --overlay, --save and builds can use overlayfs",
                 "the kernel (before 5.11, or a distribution that turned it off) refuses \
                  overlayfs in user namespaces: with overlay = \"auto\" read-only runs get \
-                 binds-only roots (with \"kernel\" they fail), builds unpack their base, and \
-                 --writable, --overlay, --save and --name are refused; ask for a 5.11 or later \
-                 kernel",
+                 binds-only roots and writable ones (--writable, --overlay, --save, --name) \
+                 fuse-overlayfs where it is installed (with \"kernel\" they fail), and builds \
+                 unpack their base; ask for a 5.11 or later kernel",
             );
+            let kernel_overlay = c.status != super::Status::Fail;
             if overlay == RootOverlay::None {
                 c = Check::ok(
                     c.name,
                     "not used (overlay = \"none\"): read-only runs get binds-only roots, and \
                      --writable, --overlay, --save and --name are refused",
                 );
+            } else if overlay == RootOverlay::Fuse {
+                c = Check::ok(
+                    c.name,
+                    "not used (overlay = \"fuse\"): fuse-overlayfs serves it",
+                );
             } else if c.status == super::Status::Fail && overlay == RootOverlay::Auto {
-                // Read-only runs do without it.
+                // Read-only runs do without it, writable ones use fuse-overlayfs.
                 c.status = super::Status::Warn;
             }
             out.push(c);
+            out.push(fuse_overlayfs(overlay, kernel_overlay));
         }
     }
     out.push(seccomp());
@@ -245,6 +252,41 @@ fn on_path(program: &str) -> Option<PathBuf> {
         .chain([PathBuf::from("/usr/bin"), PathBuf::from("/usr/sbin")])
         .map(|d| d.join(program))
         .find(|p| p.is_file())
+}
+
+/// fuse-overlayfs: needed under overlay = "fuse", and for writable runs
+/// where the kernel refuses overlayfs.
+fn fuse_overlayfs(overlay: RootOverlay, kernel_overlay: bool) -> Check {
+    use berth_runtime::rootfs::fuse_overlay;
+    let name = "fuse-overlayfs";
+    let needed = overlay == RootOverlay::Fuse || (overlay == RootOverlay::Auto && !kernel_overlay);
+    match fuse_overlay::program() {
+        Some(p) if needed => Check::ok(
+            name,
+            format!("{}: serves the writable layer of containers", p.display()),
+        ),
+        Some(p) => Check::ok(
+            name,
+            format!(
+                "{}: not needed here (the kernel's overlayfs works)",
+                p.display()
+            ),
+        ),
+        None if overlay == RootOverlay::Fuse => Check::fail(
+            name,
+            "not found, and overlay = \"fuse\" needs it for every container",
+            fuse_overlay::INSTALL_HINT,
+        ),
+        None if needed => Check::warn(
+            name,
+            "not found: writable runs (--writable, --overlay, --save, --name) are refused",
+            fuse_overlay::INSTALL_HINT,
+        ),
+        None => Check::ok(
+            name,
+            "not installed; not needed (the kernel's overlayfs works)",
+        ),
+    }
 }
 
 fn squashfs_tools() -> Check {

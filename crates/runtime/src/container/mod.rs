@@ -409,9 +409,6 @@ pub fn build(
     k.setns(base.as_fd(), Namespace::Mount)
         .map_err(|e| Error::sys("join the keeper's mount namespace", None, e))?;
     let mut flags = UnshareFlags::NEWNS;
-    if spec.pid_ns {
-        flags |= UnshareFlags::NEWPID;
-    }
     if spec.net_none {
         flags |= UnshareFlags::NEWNET;
     }
@@ -427,6 +424,27 @@ pub fn build(
         if let Err(e) = sys::net::loopback_up() {
             tracing::warn!("cannot bring up the loopback interface: {e}");
         }
+    }
+    // The root's base is mounted before the PID namespace: a
+    // fuse-overlayfs server is then a child of this process, outside the
+    // container's PIDs (the command stays PID 2 under `--pid`).
+    let (image, stage) = (lease.image_mount(), lease.stage());
+    let layers = Layers::Overlay {
+        image: &image,
+        stage: &stage,
+        writable: spec.writable,
+        persistent: spec.overlay.as_ref(),
+        user_xattr: spec.identity.mode.has_user_namespace(),
+        apt_hint: spec.process.root_emulation.wanted(),
+        overlay: spec.root_overlay,
+    };
+    let base = match prepared {
+        Some(_) => None,
+        None => Some(rootfs::mount_base(k, layers)?),
+    };
+    if spec.pid_ns {
+        k.unshare(UnshareFlags::NEWPID)
+            .map_err(|e| Error::sys("unshare the container's PID namespace", None, e))?;
     }
     timing.mark("namespace");
     let signals = process::watched_signals();
@@ -446,40 +464,34 @@ pub fn build(
         .and_then(|p| p.to_str().and_then(|s| s.parse().ok()))
         .unwrap_or(0);
     let hidden = crate::node::state_dir().ok();
-    if prepared.is_some() {
-        let root = lease.stage().join("root");
-        let p = &spec.process;
-        rootfs::extend_and_pivot(
-            k,
-            &root,
-            &keeper::data::resolve(&spec.extra_binds, &lease.dir),
-            p.workdir_to_create(),
-            hidden.as_deref(),
-        )?;
-    } else {
-        let (image, stage) = (lease.image_mount(), lease.stage());
-        let binds = keeper::data::resolve(&spec.binds, &lease.dir);
-        let plan = RootfsPlan {
-            profile: Profile::Container,
-            layers: Layers::Overlay {
-                image: &image,
-                stage: &stage,
-                writable: spec.writable,
-                persistent: spec.overlay.as_ref(),
-                user_xattr: spec.identity.mode.has_user_namespace(),
-                apt_hint: spec.process.root_emulation.wanted(),
-                overlay: spec.root_overlay,
-            },
-            fresh_proc: spec.pid_ns,
-            binds: &binds,
-            passwd_line: spec.identity.passwd_line.as_deref(),
-            group_line: spec.identity.group_line.as_deref(),
-            workdir: spec.process.workdir_to_create(),
-            confined: spec.identity.mode == IdMode::HostRoot,
-            hidden: hidden.as_deref(),
-            own_ipc: spec.ipc_ns,
-        };
-        rootfs::assemble(k, &plan)?;
+    match base {
+        None => {
+            let root = stage.join("root");
+            let p = &spec.process;
+            rootfs::extend_and_pivot(
+                k,
+                &root,
+                &keeper::data::resolve(&spec.extra_binds, &lease.dir),
+                p.workdir_to_create(),
+                hidden.as_deref(),
+            )?;
+        }
+        Some(base) => {
+            let binds = keeper::data::resolve(&spec.binds, &lease.dir);
+            let plan = RootfsPlan {
+                profile: Profile::Container,
+                layers,
+                fresh_proc: spec.pid_ns,
+                binds: &binds,
+                passwd_line: spec.identity.passwd_line.as_deref(),
+                group_line: spec.identity.group_line.as_deref(),
+                workdir: spec.process.workdir_to_create(),
+                confined: spec.identity.mode == IdMode::HostRoot,
+                hidden: hidden.as_deref(),
+                own_ipc: spec.ipc_ns,
+            };
+            rootfs::assemble_on(k, &plan, base)?;
+        }
     }
     timing.mark("mount");
     if let Some(check) = &spec.preflight {

@@ -31,6 +31,7 @@ use crate::sys::{self, fd_path, Errno, Kernel};
 
 mod confine;
 mod dev;
+pub mod fuse_overlay;
 mod identity;
 pub(crate) mod mounts;
 mod options;
@@ -144,13 +145,42 @@ pub fn assemble(k: &dyn Kernel, plan: &RootfsPlan<'_>) -> Result<()> {
     pivot(k, &root)
 }
 
+/// [`assemble`] on a base mounted earlier by [`mount_base`] (before the
+/// container's PID namespace, so that a fuse-overlayfs server stays out
+/// of it).
+pub fn assemble_on(k: &dyn Kernel, plan: &RootfsPlan<'_>, base: Base<'_>) -> Result<()> {
+    let root = prepare_on(k, plan, base)?;
+    pivot(k, &root)
+}
+
+/// The root's base, mounted: the path of the root and, for an overlay, the
+/// image and the stage.
+#[derive(Debug)]
+pub struct Base<'a> {
+    root: PathBuf,
+    image: Option<(&'a Path, &'a Path)>,
+}
+
+/// Mounts the root's base (the overlay, or the stage's own root) in the
+/// current mount namespace, made a slave first.
+pub fn mount_base<'a>(k: &dyn Kernel, layers: Layers<'a>) -> Result<Base<'a>> {
+    // Nothing mounted from here on may propagate to the keeper or the host.
+    sys::make_rslave(k).map_err(|e| Error::sys("make / a slave mount", None, e))?;
+    let (root, image) = base(k, layers)?;
+    Ok(Base { root, image })
+}
+
 /// Builds the root file system (without entering it) and returns its
 /// path. Also used for a keeper's prepared root, which runs copy with
 /// their mount namespace and then [`extend_and_pivot`].
 pub fn prepare(k: &dyn Kernel, plan: &RootfsPlan<'_>) -> Result<PathBuf> {
-    // Nothing mounted from here on may propagate to the keeper or the host.
-    sys::make_rslave(k).map_err(|e| Error::sys("make / a slave mount", None, e))?;
-    let (root, image) = base(k, plan.layers)?;
+    let base = mount_base(k, plan.layers)?;
+    prepare_on(k, plan, base)
+}
+
+/// [`prepare`] on a base already mounted.
+fn prepare_on(k: &dyn Kernel, plan: &RootfsPlan<'_>, base: Base<'_>) -> Result<PathBuf> {
+    let Base { root, image } = base;
     let root_fd: OwnedFd = std::fs::File::open(&root)
         .map_err(|e| Error::io("open", &root, e))?
         .into();
@@ -242,6 +272,14 @@ pub fn prepare(k: &dyn Kernel, plan: &RootfsPlan<'_>) -> Result<PathBuf> {
 const ROOT_READ_ONLY: sys::MountFlags =
     libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
 
+/// Fault injection for tests: set, a mount in a user namespace takes the
+/// kernel overlay's refusal (EPERM, as before Linux 5.11) without asking
+/// the kernel, so the fallbacks run on a kernel that allows it.
+pub const REFUSE_OVERLAY_FAULT: &str = "BERTH_FAULT_REFUSE_OVERLAY";
+
+/// The overlay's mount flags (the kernel's or fuse-overlayfs's).
+const OVERLAY_FLAGS: sys::MountFlags = libc::MS_NOSUID | libc::MS_NODEV;
+
 /// Mounts the root's base; the root's path and, for an overlay, the image
 /// and the stage.
 fn base<'a>(k: &dyn Kernel, layers: Layers<'a>) -> Result<(PathBuf, Option<(&'a Path, &'a Path)>)> {
@@ -299,13 +337,22 @@ fn base<'a>(k: &dyn Kernel, layers: Layers<'a>) -> Result<(PathBuf, Option<(&'a 
                 return Err(no_overlay(None));
             }
             let opts = persistent::overlay_options(image, stage, persistent, user_xattr, hints);
-            let mounted = k.mount(
-                Some(Path::new("berth")),
-                &root,
-                Some("overlay"),
-                libc::MS_NOSUID | libc::MS_NODEV,
-                Some(&opts),
-            );
+            let log = stage.join("fuse-overlayfs.log");
+            if overlay == RootOverlay::Fuse {
+                fuse_overlay::mount(k, &opts, &root, OVERLAY_FLAGS, &log)?;
+                return Ok((root, Some((image, stage))));
+            }
+            let mounted = if user_xattr && std::env::var_os(REFUSE_OVERLAY_FAULT).is_some() {
+                Err(Errno::PERM)
+            } else {
+                k.mount(
+                    Some(Path::new("berth")),
+                    &root,
+                    Some("overlay"),
+                    OVERLAY_FLAGS,
+                    Some(&opts),
+                )
+            };
             match mounted {
                 Ok(()) => {}
                 // The kernel refuses overlayfs here (before 5.11 in a user
@@ -320,14 +367,19 @@ fn base<'a>(k: &dyn Kernel, layers: Layers<'a>) -> Result<(PathBuf, Option<(&'a 
                     underlay::root(k, image, &root)?;
                 }
                 // EINVAL: `userxattr` unknown before 5.11 (or a persistent
-                // layer's file system, whose error is its own).
+                // layer's file system, whose error is its own). A writable
+                // run gets fuse-overlayfs where it is installed.
                 Err(e)
                     if overlay == RootOverlay::Auto
                         && user_xattr
                         && (matches!(e, Errno::PERM | Errno::NODEV)
                             || (e == Errno::INVAL && persistent.is_none())) =>
                 {
-                    return Err(no_overlay(Some(e)))
+                    if fuse_overlay::program().is_none() {
+                        return Err(no_overlay(Some(e)));
+                    }
+                    tracing::debug!("no overlayfs ({e}): fuse-overlayfs");
+                    fuse_overlay::mount(k, &opts, &root, OVERLAY_FLAGS, &log)?;
                 }
                 Err(e) => return Err(Error::sys("mount the overlay on", Some(root.clone()), e)),
             }
@@ -345,10 +397,15 @@ fn no_overlay(errno: Option<Errno>) -> Error {
         ),
         None => "the site gives containers no overlay ([runtime] overlay = \"none\")".into(),
     };
+    let fuse = if errno.is_some() {
+        format!("; or {}", fuse_overlay::INSTALL_HINT)
+    } else {
+        String::new()
+    };
     Error::Mount(format!(
         "a writable container (--writable, --overlay, --save, --name) needs a layer stacked on \
          the read-only image, and {why}. Run it read-only and write to a bound directory \
-         (-v DIR:/path), or build the image with the change (berth build)"
+         (-v DIR:/path), or build the image with the change (berth build){fuse}"
     ))
 }
 

@@ -182,6 +182,23 @@ pub fn kill_with_parent(cmd: &mut std::process::Command, signal: rustix::process
     }
 }
 
+/// Makes `cmd`'s process start in a mount namespace of its own (a copy of
+/// the caller's), so that the caller's later `pivot_root` and unmounts do
+/// not move its root, its `/proc` or the paths it serves from.
+pub fn in_own_mount_namespace(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs between fork and exec and only calls
+    // unshare(CLONE_NEWNS), which is async-signal-safe and allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            use super::Kernel;
+            super::LINUX
+                .unshare(rustix::thread::UnshareFlags::NEWNS)
+                .map_err(io::Error::from)
+        });
+    }
+}
+
 /// Makes `cmd` start without capabilities although it runs as root in the
 /// keeper's user namespace (securebits `NOROOT`, locked): the squashfs
 /// server needs none, and a process of the user's containers that traced

@@ -14,6 +14,8 @@
 //! - [`named`]: `--name`: changes kept under a name; `ps -a`, `commit`, `rm`.
 //! - [`binds_only`]: roots without overlayfs, and mount points made in
 //!   read-only directories.
+//! - [`fuse_overlay`]: writable roots through fuse-overlayfs where the
+//!   kernel refuses overlayfs, or where the site chose it.
 //! - [`entrypoint_first`]: `--entrypoint-first`: Pyxis's entrypoint, run
 //!   on its own before the command.
 
@@ -22,6 +24,7 @@ mod command;
 pub(crate) mod data_mounts;
 mod entrypoint_first;
 mod environment;
+mod fuse_overlay;
 mod isolation;
 mod named;
 mod node;

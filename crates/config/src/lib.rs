@@ -114,8 +114,10 @@ pub struct RuntimeSettings {
     #[serde(default)]
     pub image_mount: ImageMount,
     /// What stacks the container's layer on the image: kernel overlayfs
-    /// where the kernel allows it, else binds-only roots (`auto`, the
-    /// default), `kernel` only, or `none` (binds-only roots always).
+    /// where the kernel allows it, else binds-only roots for read-only
+    /// runs and fuse-overlayfs for writable ones (`auto`, the default),
+    /// `kernel` only, `fuse` (fuse-overlayfs for every rootless root), or
+    /// `none` (binds-only roots always).
     #[serde(default)]
     pub overlay: RootOverlay,
 }

@@ -260,33 +260,75 @@ fn fuse_overlayfs(overlay: RootOverlay, kernel_overlay: bool) -> Check {
     use berth_runtime::rootfs::fuse_overlay;
     let name = "fuse-overlayfs";
     let needed = overlay == RootOverlay::Fuse || (overlay == RootOverlay::Auto && !kernel_overlay);
-    match fuse_overlay::program() {
-        Some(p) if needed => Check::ok(
-            name,
-            format!("{}: serves the writable layer of containers", p.display()),
-        ),
-        Some(p) => Check::ok(
+    let unused = match overlay {
+        RootOverlay::Kernel => "not used (overlay = \"kernel\")",
+        RootOverlay::None => "not used (overlay = \"none\")",
+        _ => "not needed here (the kernel's overlayfs works)",
+    };
+    let Some(p) = fuse_overlay::program() else {
+        return match overlay {
+            RootOverlay::Fuse => Check::fail(
+                name,
+                "not found, and overlay = \"fuse\" needs it for every container",
+                fuse_overlay::INSTALL_HINT,
+            ),
+            _ if needed => Check::warn(
+                name,
+                "not found: writable runs (--writable, --overlay, --save, --name) are refused",
+                fuse_overlay::INSTALL_HINT,
+            ),
+            _ => Check::ok(name, format!("not installed; {unused}")),
+        };
+    };
+    if !needed {
+        return Check::ok(name, format!("{}: {unused}", p.display()));
+    }
+    // berth hands it a mounted connection (/dev/fd/N): libfuse 3.3 or later.
+    let version = std::process::Command::new(&p)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .ok()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+        })
+        .and_then(|text| libfuse_version(&text));
+    match version {
+        Some(v) if v >= (3, 3) => Check::ok(
             name,
             format!(
-                "{}: not needed here (the kernel's overlayfs works)",
-                p.display()
+                "{} (libfuse {}.{}): serves the writable layer of containers",
+                p.display(),
+                v.0,
+                v.1
             ),
         ),
-        None if overlay == RootOverlay::Fuse => Check::fail(
+        Some(v) => Check::fail(
             name,
-            "not found, and overlay = \"fuse\" needs it for every container",
-            fuse_overlay::INSTALL_HINT,
+            format!(
+                "{} is built with libfuse {}.{}: berth hands it a mounted connection, which \
+                 needs libfuse 3.3 or later",
+                p.display(),
+                v.0,
+                v.1
+            ),
+            "install a fuse-overlayfs built with libfuse 3.3 or later, or name one in BERTH_FUSE_OVERLAYFS",
         ),
-        None if needed => Check::warn(
+        None => Check::warn(
             name,
-            "not found: writable runs (--writable, --overlay, --save, --name) are refused",
-            fuse_overlay::INSTALL_HINT,
-        ),
-        None => Check::ok(
-            name,
-            "not installed; not needed (the kernel's overlayfs works)",
+            format!("{}: --version does not say its libfuse", p.display()),
+            "check that it runs (it needs libfuse 3.3 or later)",
         ),
     }
+}
+
+/// `(major, minor)` of the "FUSE library version X.Y.Z" line of
+/// fuse-overlayfs's `--version`.
+fn libfuse_version(text: &str) -> Option<(u32, u32)> {
+    let v = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("FUSE library version "))?;
+    version(v.trim())
 }
 
 fn squashfs_tools() -> Check {
@@ -315,6 +357,15 @@ fn squashfs_tools() -> Check {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fuse_overlayfs_says_its_libfuse() {
+        let text = "fusermount3 version: 3.14.0\nfuse-overlayfs: version 1.10\n\
+                    FUSE library version 3.14.0\nusing FUSE kernel interface version 7.31\n";
+        assert_eq!(libfuse_version(text), Some((3, 14)));
+        assert_eq!(libfuse_version("FUSE library version 3.2.1"), Some((3, 2)));
+        assert_eq!(libfuse_version("fuse-overlayfs: version 1.10"), None);
+    }
 
     #[test]
     fn kernel_versions_and_their_fallbacks() {

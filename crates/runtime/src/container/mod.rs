@@ -425,6 +425,7 @@ pub fn build(
             tracing::warn!("cannot bring up the loopback interface: {e}");
         }
     }
+    timing.mark("namespace");
     // The root's base is mounted before the PID namespace: a
     // fuse-overlayfs server is then a child of this process, outside the
     // container's PIDs (the command stays PID 2 under `--pid`).
@@ -446,7 +447,6 @@ pub fn build(
         k.unshare(UnshareFlags::NEWPID)
             .map_err(|e| Error::sys("unshare the container's PID namespace", None, e))?;
     }
-    timing.mark("namespace");
     let signals = process::watched_signals();
     if spec.pid_ns {
         // The next child is PID 1 of the new namespace; we relay its status.

@@ -9,9 +9,13 @@
 //! already mounted one). So the mount exists, with berth's flags, before
 //! the server runs, and fuse-overlayfs needs neither fusermount3 nor the
 //! right to mount. The server runs in a mount namespace of its own (a copy
-//! of the container's before `pivot_root`), outside the container's PID
-//! namespace, as a child of the process that made the container's mount
-//! namespace, and is killed when that process ends (`PR_SET_PDEATHSIG`).
+//! of the container's before `pivot_root`, without its own mount), in a
+//! session of its own outside the container's PID namespace, a child of no
+//! process of the container: it serves as long as a mount namespace holds
+//! the mount (the container's, a shared container's joined ones, runs
+//! copied from a keeper's prepared root) and leaves when the last goes
+//! (the connection then reads ENODEV). No process of the container waits
+//! for it or gets its exit.
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -92,45 +96,49 @@ pub(super) fn mount(
     )
     .map_err(|e| Error::sys("mount fuse-overlayfs on", Some(root.into()), e))?;
     let log_file = File::create(log).map_err(|e| Error::io("create", log, e))?;
-    rustix::io::fcntl_setfd(&fuse, rustix::io::FdFlags::empty())
-        .map_err(|e| Error::sys("hand the connection to fuse-overlayfs", None, e))?;
+    let mounted = std::ffi::CString::new(root.as_os_str().as_encoded_bytes())
+        .map_err(|_| Error::Mount(format!("{} holds a NUL byte", root.display())))?;
+    // Without -f, fuse-overlayfs leaves its first process once it serves
+    // (libfuse's fuse_daemonize): when that exits, the server runs, in a
+    // session of its own and a child of no process of the container.
     let mut cmd = Command::new(&program);
-    cmd.arg("-f")
-        .arg("-o")
+    cmd.arg("-o")
         .arg(server_options(options))
         .arg(format!("/dev/fd/{}", fuse.as_raw_fd()))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log_file);
-    sys::process::kill_with_parent(&mut cmd, rustix::process::Signal::KILL);
-    // The container's pivot_root must not move the server: it serves the
-    // layers by path and reads their extended attributes through
-    // /proc/self/fd, which a fresh /proc of the container's PID namespace
-    // would not show it.
-    sys::process::in_own_mount_namespace(&mut cmd);
-    let spawned = cmd.spawn();
+    sys::process::serve_from_own_mount_namespace(&mut cmd, mounted, fuse.as_raw_fd());
+    let status = cmd.status();
     // Our copy of the connection goes, so a dead server aborts it instead
     // of hanging every request.
     drop(fuse);
-    spawned.map_err(|e| {
+    let said = || {
+        let said = std::fs::read_to_string(log).unwrap_or_default();
+        let said: Vec<&str> = said
+            .lines()
+            .filter(|l| !l.contains("unknown argument ignored"))
+            .collect();
+        match said.is_empty() {
+            true => String::new(),
+            false => format!(": {}", said.join("; ")),
+        }
+    };
+    let status = status.map_err(|e| {
         Error::Mount(format!(
             "cannot start {} ({e}): {INSTALL_HINT}",
             program.display()
         ))
     })?;
-    crate::image_mount::await_server(root, "fuse-overlayfs").map_err(|e| {
-        let said = std::fs::read_to_string(log).unwrap_or_default();
-        let said = said
-            .lines()
-            .filter(|l| !l.contains("unknown argument ignored"))
-            .collect::<Vec<_>>()
-            .join("; ");
-        if said.is_empty() {
-            e
-        } else {
-            Error::Mount(format!("{e} ({}: {said})", program.display()))
-        }
-    })
+    if !status.success() {
+        return Err(Error::Mount(format!(
+            "{} could not serve the container's root ({status}){}",
+            program.display(),
+            said()
+        )));
+    }
+    crate::image_mount::await_server(root, "fuse-overlayfs")
+        .map_err(|e| Error::Mount(format!("{e}{}", said())))
 }
 
 #[cfg(test)]

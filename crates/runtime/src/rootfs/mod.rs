@@ -334,11 +334,13 @@ fn base<'a>(k: &dyn Kernel, layers: Layers<'a>) -> Result<(PathBuf, Option<(&'a 
                 })
                 .and_then(|written| written.then_some(hints.as_path()));
             if overlay == RootOverlay::None {
-                return Err(no_overlay(None));
+                return Err(no_overlay(None, None));
             }
             let opts = persistent::overlay_options(image, stage, persistent, user_xattr, hints);
             let log = stage.join("fuse-overlayfs.log");
-            if overlay == RootOverlay::Fuse {
+            // In a user namespace only: real root keeps the kernel's
+            // overlay (fuse-overlayfs would run with every capability).
+            if overlay == RootOverlay::Fuse && user_xattr {
                 fuse_overlay::mount(k, &opts, &root, OVERLAY_FLAGS, &log)?;
                 return Ok((root, Some((image, stage))));
             }
@@ -376,10 +378,11 @@ fn base<'a>(k: &dyn Kernel, layers: Layers<'a>) -> Result<(PathBuf, Option<(&'a 
                             || (e == Errno::INVAL && persistent.is_none())) =>
                 {
                     if fuse_overlay::program().is_none() {
-                        return Err(no_overlay(Some(e)));
+                        return Err(no_overlay(Some(e), None));
                     }
                     tracing::debug!("no overlayfs ({e}): fuse-overlayfs");
-                    fuse_overlay::mount(k, &opts, &root, OVERLAY_FLAGS, &log)?;
+                    fuse_overlay::mount(k, &opts, &root, OVERLAY_FLAGS, &log)
+                        .map_err(|f| no_overlay(Some(e), Some(&f)))?;
                 }
                 Err(e) => return Err(Error::sys("mount the overlay on", Some(root.clone()), e)),
             }
@@ -389,18 +392,19 @@ fn base<'a>(k: &dyn Kernel, layers: Layers<'a>) -> Result<(PathBuf, Option<(&'a 
 }
 
 /// A writable run where the root cannot have an overlay: the kernel's
-/// refusal (`errno`), or the site's `[runtime] overlay = "none"`.
-fn no_overlay(errno: Option<Errno>) -> Error {
+/// refusal (`errno`) with fuse-overlayfs missing or failing (`fuse`, its
+/// error), or the site's `[runtime] overlay = "none"`.
+fn no_overlay(errno: Option<Errno>, fuse: Option<&Error>) -> Error {
     let why = match errno {
         Some(e) => format!(
             "this kernel refuses overlayfs in a user namespace ({e}; Linux 5.11 and later allow it)"
         ),
         None => "the site gives containers no overlay ([runtime] overlay = \"none\")".into(),
     };
-    let fuse = if errno.is_some() {
-        format!("; or {}", fuse_overlay::INSTALL_HINT)
-    } else {
-        String::new()
+    let fuse = match (errno, fuse) {
+        (_, Some(f)) => format!(". fuse-overlayfs, which stands in for it, failed: {f}"),
+        (Some(_), None) => format!("; or {}", fuse_overlay::INSTALL_HINT),
+        (None, None) => String::new(),
     };
     Error::Mount(format!(
         "a writable container (--writable, --overlay, --save, --name) needs a layer stacked on \

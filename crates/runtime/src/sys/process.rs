@@ -182,19 +182,43 @@ pub fn kill_with_parent(cmd: &mut std::process::Command, signal: rustix::process
     }
 }
 
-/// Makes `cmd`'s process start in a mount namespace of its own (a copy of
-/// the caller's), so that the caller's later `pivot_root` and unmounts do
-/// not move its root, its `/proc` or the paths it serves from.
-pub fn in_own_mount_namespace(cmd: &mut std::process::Command) {
+/// Makes `cmd`'s process a FUSE server that lives as long as its mount:
+/// it starts in a mount namespace of its own (a copy of the caller's, so
+/// the caller's later `pivot_root` and unmounts do not move its root, its
+/// `/proc` or the paths it serves from), without its copy of the mount it
+/// serves (`mounted`, detached there: the server would otherwise hold its
+/// own mount and never see it go), and with no descriptor of the caller's
+/// but `keep` (the connection) and stdio.
+#[allow(clippy::disallowed_methods)] // the server's namespace, not a container's
+pub fn serve_from_own_mount_namespace(
+    cmd: &mut std::process::Command,
+    mounted: std::ffi::CString,
+    keep: std::os::fd::RawFd,
+) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs between fork and exec and only calls
-    // unshare(CLONE_NEWNS), which is async-signal-safe and allocates nothing.
+    // SAFETY: the closure runs between fork and exec and only makes system
+    // calls (unshare(CLONE_NEWNS), umount2 of a string made before the
+    // fork, fcntl), which are async-signal-safe and allocate nothing.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             use super::Kernel;
             super::LINUX
                 .unshare(rustix::thread::UnshareFlags::NEWNS)
-                .map_err(io::Error::from)
+                .map_err(io::Error::from)?;
+            if libc::umount2(mounted.as_ptr(), libc::MNT_DETACH) == -1 {
+                return Err(io::Error::last_os_error());
+            }
+            // Descriptors berth inherited or holds (a launcher's PMI socket,
+            // a keeper's pipes) are not the server's.
+            for fd in 3..1024 {
+                if fd != keep {
+                    libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+                }
+            }
+            if libc::fcntl(keep, libc::F_SETFD, 0) == -1 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
         });
     }
 }

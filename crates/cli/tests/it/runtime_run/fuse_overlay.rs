@@ -9,6 +9,17 @@
 use crate::harness::*;
 use crate::need_env;
 
+/// The site config with `overlay` (and the fallback pass's unpacked
+/// images where that pass runs), whatever pass this is.
+fn overlay_setting(sb: &Sandbox, overlay: &str) {
+    let unpack = if fallbacks() {
+        "image_mount = \"unpack\"\n"
+    } else {
+        ""
+    };
+    sb.site_config(&format!("[runtime]\noverlay = \"{overlay}\"\n{unpack}"));
+}
+
 /// The root's file system type, then the script's output.
 fn fstype_then(script: &str) -> String {
     format!("findmnt -n -o FSTYPE /; {script}")
@@ -24,6 +35,7 @@ fn where_the_kernel_refuses_overlay_writable_runs_use_fuse_overlayfs() {
     let mut sb = Sandbox::new(env);
     let d = sb.debian();
     sb.wait_keepers_gone();
+    overlay_setting(&sb, "auto");
     sb.extra_env
         .push(("BERTH_FAULT_REFUSE_OVERLAY".into(), "1".into()));
 
@@ -61,12 +73,44 @@ fn where_the_kernel_refuses_overlay_writable_runs_use_fuse_overlayfs() {
         .ok();
     assert_eq!(out.stdout(), "fuse.fuse-overlayfs\nkept\n");
 
+    // A shared container's layer outlives the process that made it: a
+    // second run of the key sees the first one's file.
+    let shared = |script: &str| {
+        sb.sh(
+            &d,
+            &["--shared", "fw", "--writable", "--linger", "5"],
+            script,
+        )
+        .ok()
+        .stdout()
+    };
+    assert_eq!(
+        shared("echo one > /etc/shared-note; findmnt -n -o FSTYPE /"),
+        "fuse.fuse-overlayfs\n"
+    );
+    assert_eq!(shared("cat /etc/shared-note"), "one\n");
+
+    // Every server leaves with the last container that holds its mount.
+    sb.wait_keepers_gone();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let servers = || {
+        sb.processes()
+            .into_iter()
+            .filter(|(_, cmd)| cmd.contains("fuse-overlayfs"))
+            .collect::<Vec<_>>()
+    };
+    while !servers().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(servers(), vec![]);
+
     // Without the program, the refusal says what to install.
     sb.extra_env.push((
         "BERTH_FUSE_OVERLAYFS".into(),
         "/nonexistent/fuse-overlayfs".into(),
     ));
     sb.run(&["run", "--writable", &d, "true"])
+        .fails(125, "this kernel refuses overlayfs in a user namespace")
         .fails(125, "cannot start /nonexistent/fuse-overlayfs")
         .fails(125, "apt-get install fuse-overlayfs");
 }
@@ -81,12 +125,7 @@ fn overlay_fuse_serves_every_root() {
     let sb = Sandbox::new(env);
     let d = sb.debian();
     sb.wait_keepers_gone();
-    let unpack = if fallbacks() {
-        "image_mount = \"unpack\"\n"
-    } else {
-        ""
-    };
-    sb.site_config(&format!("[runtime]\noverlay = \"fuse\"\n{unpack}"));
+    overlay_setting(&sb, "fuse");
     // Read-only runs too, and the root stays read-only; binds and the
     // working directory are made in it.
     let data = sb.dir.path().join("data");

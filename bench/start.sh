@@ -7,6 +7,15 @@
 #
 #   berth        berth run, from the squashfs store, keeper warm (the image
 #                stays mounted between starts)
+#   berth-unpack berth's fallbacks of issue 20, each forced by a site file:
+#   berth-binds  the image unpacked once per node instead of mounted
+#   berth-fuse   (image_mount = "unpack"), a binds-only root instead of an
+#                overlay (overlay = "none"), the root served by
+#                fuse-overlayfs (overlay = "fuse"); read-only runs start
+#                from the keeper's prepared root, built once
+#   berth-rw     berth run --writable: a root of its own each start, on the
+#   berth-fuse-rw  kernel's overlay or fuse-overlayfs (a server per start,
+#                what a writable run gets where the kernel refuses overlayfs)
 #   ch-run-dir   ch-run on an unpacked directory
 #   ch-run-sqfs  ch-run on a squashfs file (squashfuse mount per start)
 #   crun         crun run of a rootless OCI bundle (umoci unpack --rootless);
@@ -47,7 +56,7 @@ BENCH_NAME=start.sh
 bench_defaults   # WORK BENCH_USER REGISTRY IMAGE_PATH BERTH_BIN RESULTS
 RUNS=30
 WARMUP=3
-ALL_TOOLS=berth,ch-run-dir,ch-run-sqfs,crun,podman,unshare
+ALL_TOOLS=berth,berth-unpack,berth-binds,berth-fuse,berth-rw,berth-fuse-rw,ch-run-dir,ch-run-sqfs,crun,podman,unshare
 TOOLS=$ALL_TOOLS
 CASES=true,python
 TIMING_RUNS=10
@@ -105,6 +114,15 @@ install -d -m 0755 -o "$BUID" -g "$BGID" "$SW"
 # berth: built-in settings only (the keeper stays 30 s after its last user).
 BERTH_SITE_CONF=$SW/berth-site.toml
 echo "# written by bench/start.sh: berth's built-in settings" > "$BERTH_SITE_CONF"
+# The fallbacks' site files, and a runtime directory each (keepers of one
+# setting are not shared with another's runs).
+declare -A VARIANT=([berth-unpack]='image_mount = "unpack"' [berth-binds]='overlay = "none"'
+                    [berth-fuse]='overlay = "fuse"' [berth-rw]='overlay = "kernel"'
+                    [berth-fuse-rw]='overlay = "fuse"')
+for v in "${!VARIANT[@]}"; do
+    printf '# written by bench/start.sh\n[runtime]\n%s\n' "${VARIANT[$v]}" > "$SW/$v.toml"
+    install -d -m 0700 -o "$BUID" -g "$BGID" "$SW/run-$v"
+done
 
 ensure_registry
 bench_image "$IMAGE_PATH" 0 ""
@@ -213,10 +231,11 @@ prep_podman() {
 
 # argv TOOL CASE: the command that starts CASE with TOOL, one word a line.
 argv() {
-    local tool=$1 c=$2 cmd
+    local tool=$1 c=$2 cmd rw=
+    [[ $tool == *-rw ]] && rw=1
     mapfile -t cmd < <(case_argv "$c")
     case $tool in
-        berth) printf '%s\n' "$WORK/bin/berth" run "$IMAGE_REF" "${cmd[@]}" ;;
+        berth|berth-*) printf '%s\n' "$WORK/bin/berth" run ${rw:+--writable} "$IMAGE_REF" "${cmd[@]}" ;;
         ch-run-dir) printf '%s\n' ch-run "$SW/ch-dir" -- "${cmd[@]}" ;;
         ch-run-sqfs) printf '%s\n' ch-run "$SW/ch.sqfs" -- "${cmd[@]}" ;;
         crun|runc) printf '%s\n' "$tool" --root "$SW/oci-state/$tool" run --bundle "$SW/oci-$c" "bench-$c" ;;
@@ -228,6 +247,8 @@ argv() {
 env_of() {
     case $1 in
         berth) jq -cn --arg s "$SW/berth-store" '{BERTH_STORE: $s}' ;;
+        berth-*) jq -cn --arg s "$SW/berth-store" --arg c "$SW/$1.toml" --arg r "$SW/run-$1" \
+            '{BERTH_STORE: $s, BERTH_SYSTEM_CONFIG: $c, XDG_RUNTIME_DIR: $r}' ;;
         *) echo '{}' ;;
     esac
 }
@@ -259,7 +280,7 @@ probe() {
 setup() {
     local tool=$1 logf=$LOGS/setup-$1.log prep='' exe=$1
     case $tool in
-        berth) prep=prep_berth; exe=install ;;   # prep_berth checks the binary
+        berth|berth-*) prep=prep_berth; exe=install ;;   # prep_berth checks the binary
         ch-run-dir|unshare) prep=prep_ch_dir; exe=${tool/-dir} ;;
         ch-run-sqfs) prep=prep_ch_sqfs; exe=ch-run ;;
         crun|runc) prep=prep_oci ;;
@@ -304,6 +325,11 @@ done
 # shellcheck disable=SC2034   # HOW is read through json_map's nameref
 {
     HOW[berth]="berth run (squashfs store, keeper warm)"
+    HOW[berth-unpack]="berth run, image unpacked once per node (image_mount = \"unpack\")"
+    HOW[berth-binds]="berth run, binds-only root (overlay = \"none\")"
+    HOW[berth-fuse]="berth run, root through fuse-overlayfs (overlay = \"fuse\")"
+    HOW[berth-rw]="berth run --writable (kernel overlay, a root per start)"
+    HOW[berth-fuse-rw]="berth run --writable through fuse-overlayfs (a server per start)"
     HOW[ch-run-dir]="ch-run, unpacked directory"
     HOW[ch-run-sqfs]="ch-run, squashfs (squashfuse mount per start)"
     HOW[crun]="crun run, rootless bundle (umoci unpack --rootless)"
@@ -328,6 +354,9 @@ fi
 # behind), and podman's pause process.
 cleanup() {
     if [[ -n $KEEPER_DIR ]]; then stop_keeper "$KEEPER_DIR" || true; fi
+    for v in "${!VARIANT[@]}"; do
+        if [[ -n $KEEPER_DIR ]]; then stop_keeper "$SW/run-$v/berth/keepers/${KEEPER_DIR##*/}" || true; fi
+    done
     stop_podman_pause
 }
 trap cleanup EXIT

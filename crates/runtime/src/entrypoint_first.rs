@@ -59,11 +59,119 @@ pub fn run(
     argv0_fallback: bool,
     filters: (&Seccomp, bool),
 ) -> Vec<(String, String)> {
-    match try_run(first, env, workdir, argv0_fallback, filters) {
-        Ok(env) => env,
-        Err((code, msg)) => {
+    let ran = try_run(first, env, workdir, argv0_fallback, filters);
+    command_env(first, env, Ran::of(first, env, ran))
+}
+
+/// [`run`] once for all tasks of a shared container (Pyxis runs the
+/// entrypoint once per container): the first task to take `record`'s lock
+/// runs it and writes what it left (or its failure) there; the others wait
+/// for the lock and take it from there, each over its own environment.
+pub fn run_once(
+    first: &EntrypointFirst,
+    record: &std::fs::File,
+    env: &[(String, String)],
+    workdir: &str,
+    argv0_fallback: bool,
+    filters: (&Seccomp, bool),
+) -> Vec<(String, String)> {
+    use std::io::Write;
+    let locked = rustix::fs::flock(record, rustix::fs::FlockOperation::LockExclusive);
+    let mut text = String::new();
+    let mut file = record;
+    let cached = match locked {
+        Ok(()) => file
+            .rewind()
+            .and_then(|()| file.read_to_string(&mut text))
+            .ok()
+            .and_then(|_| serde_json::from_str::<Ran>(&text).ok()),
+        Err(_) => None,
+    };
+    let ran = match cached {
+        Some(ran) => ran,
+        None => {
+            let ran = Ran::of(
+                first,
+                env,
+                try_run(first, env, workdir, argv0_fallback, filters),
+            );
+            if locked.is_ok() {
+                let written = serde_json::to_vec(&ran)
+                    .map_err(std::io::Error::other)
+                    .and_then(|b| {
+                        file.set_len(0)?;
+                        file.rewind()?;
+                        file.write_all(&b)
+                    });
+                if let Err(e) = written {
+                    tracing::warn!("cannot record the entrypoint's environment for the container's other tasks: {e}");
+                }
+            }
+            ran
+        }
+    };
+    let _ = rustix::fs::flock(record, rustix::fs::FlockOperation::Unlock);
+    command_env(first, env, ran)
+}
+
+/// How the entrypoint ran, as tasks of one container share it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+enum Ran {
+    /// It handed on `left`, having been given `saw`.
+    Left {
+        saw: Vec<(String, String)>,
+        left: Vec<(String, String)>,
+    },
+    /// It failed: the exit code and the message.
+    Failed(i32, String),
+}
+
+impl Ran {
+    fn of(
+        first: &EntrypointFirst,
+        env: &[(String, String)],
+        ran: Result<Vec<(String, String)>, (i32, String)>,
+    ) -> Self {
+        match ran {
+            Ok(left) => Ran::Left {
+                saw: first.sees.clone().unwrap_or_else(|| env.to_vec()),
+                left,
+            },
+            Err((code, msg)) => Ran::Failed(code, msg),
+        }
+    }
+}
+
+/// The command's environment from how the entrypoint ran (its failure
+/// said, and berth exits): under Pyxis's split, the command's own below
+/// what the entrypoint left; else the command's own with the entrypoint's
+/// changes (what it set, changed or removed of what it saw), so a task
+/// other than the one that ran it keeps its own variables; `after` over
+/// both.
+fn command_env(
+    first: &EntrypointFirst,
+    env: &[(String, String)],
+    ran: Ran,
+) -> Vec<(String, String)> {
+    match ran {
+        Ran::Failed(code, msg) => {
             eprintln!("berth: error: {msg}");
             sys::exit_now(code)
+        }
+        Ran::Left { left, .. } if first.sees.is_some() => layered(env, left, &first.after),
+        Ran::Left { saw, left } => {
+            let kept: Vec<(String, String)> = env
+                .iter()
+                .filter(|(k, _)| {
+                    left.iter().any(|(n, _)| n == k) || !saw.iter().any(|(n, _)| n == k)
+                })
+                .cloned()
+                .collect();
+            let changed: Vec<(String, String)> = left
+                .into_iter()
+                .filter(|(k, v)| !saw.iter().any(|(n, w)| n == k && w == v))
+                .collect();
+            layered(&kept, changed, &first.after)
         }
     }
 }
@@ -118,11 +226,8 @@ fn try_run(
             let mut bytes = Vec::new();
             let read = file.rewind().and_then(|()| file.read_to_end(&mut bytes));
             let output = || log.map(output_of).unwrap_or_default();
-            let below: &[(String, String)] = if first.sees.is_some() { env } else { &[] };
             match status {
-                Exit::Code(0) if read.is_ok() && !bytes.is_empty() => {
-                    Ok(layered(below, parse(&bytes), &first.after))
-                }
+                Exit::Code(0) if read.is_ok() && !bytes.is_empty() => Ok(parse(&bytes)),
                 Exit::Code(0) => Err((
                     EXIT_BERTH,
                     format!(
@@ -230,6 +335,41 @@ mod tests {
                 &v(&[("N", "task")])
             ),
             v(&[("TLS", "1"), ("HOST", "ep"), ("N", "task"), ("NEW", "ep")])
+        );
+    }
+
+    #[test]
+    fn another_task_of_the_container_gets_the_entrypoints_changes_over_its_own() {
+        let v = |l: &[(&str, &str)]| -> Vec<(String, String)> {
+            l.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let first = EntrypointFirst {
+            argv: vec!["/ep.sh".into()],
+            log: false,
+            sees: None,
+            after: v(&[("PINNED", "named")]),
+        };
+        // The first task had RANK=0; the entrypoint changed A, removed
+        // GONE and set NEW.
+        let ran = Ran::Left {
+            saw: v(&[("A", "1"), ("RANK", "0"), ("GONE", "x")]),
+            left: v(&[("A", "2"), ("RANK", "0"), ("NEW", "ep")]),
+        };
+        assert_eq!(
+            command_env(
+                &first,
+                &v(&[("A", "1"), ("RANK", "1"), ("GONE", "x"), ("OWN", "t")]),
+                ran
+            ),
+            v(&[
+                ("A", "2"),
+                ("RANK", "1"),
+                ("OWN", "t"),
+                ("NEW", "ep"),
+                ("PINNED", "named")
+            ])
         );
     }
 

@@ -2,7 +2,8 @@
 //! env_vars.bats 21, issue 17): the image's entrypoint runs on its own
 //! before the task's command, its output hidden unless
 //! `--container-entrypoint-log` or PYXIS_CONTAINER_ENTRYPOINT_LOG=1, and
-//! the command gets the environment it left. On the real test Slurm as
+//! the command gets the environment it left; once for the tasks of a
+//! node's container. On the real test Slurm as
 //! the unprivileged user, with an image whose entrypoint prints a banner
 //! as NGC images do.
 
@@ -101,4 +102,21 @@ fn the_entrypoint_runs_first_with_its_banner_hidden() {
     )
     .ok();
     assert_eq!(out.stdout(), "== CUDA ==\nsaw=1\n1 task\n");
+
+    // Two tasks on the node join one container: the entrypoint runs
+    // once, for the container, and every task gets what it left.
+    let out = srun(
+        &sb,
+        &log,
+        &["-n2", img, "--container-entrypoint", "sh", "-c", show],
+    )
+    .ok();
+    let stdout = out.stdout();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines.iter().filter(|l| **l == "== CUDA ==").count(),
+        1,
+        "{stdout}"
+    );
+    assert_eq!(lines.iter().filter(|l| **l == "yes").count(), 2, "{stdout}");
 }

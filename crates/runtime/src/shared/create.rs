@@ -106,6 +106,16 @@ pub(super) fn create(
             .map(|(_, name)| name.to_string())
             .collect(),
     };
+    // A former container of the key left its entrypoint's record.
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        if name
+            .to_string_lossy()
+            .starts_with(super::join::ENTRYPOINT_RECORD)
+        {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
     let path = dir.join("info.json");
     let json = serde_json::to_vec(&info).map_err(|e| Error::Setup(e.to_string()))?;
     crate::state::write(&path, &json).map_err(|e| Error::io("write", &path, e))?;

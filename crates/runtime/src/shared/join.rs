@@ -70,10 +70,16 @@ pub(super) fn join(info: &SharedInfo, job: &Process, share: Share) -> Result<i32
             info.key
         )));
     }
+    // The entrypoint that runs first runs once for the container: its
+    // record, opened before the container's mount namespace hides it.
+    let record = match &job.entrypoint_first {
+        Some(_) => Some(entrypoint_record(info)?),
+        None => None,
+    };
     let set = process::block_watched()?;
     match sys::fork().map_err(|e| Error::Setup(format!("fork: {e}")))? {
         Fork::Child => {
-            let Err(e) = enter_and_exec(&LINUX, entry, job);
+            let Err(e) = enter_and_exec(&LINUX, entry, job, record.as_ref());
             eprintln!("berth: error: {e}");
             sys::exit_now(EXIT_BERTH)
         }
@@ -86,7 +92,34 @@ pub(super) fn join(info: &SharedInfo, job: &Process, share: Share) -> Result<i32
     }
 }
 
-fn enter_and_exec(k: &dyn Kernel, entry: Entry, job: &Process) -> Result<std::convert::Infallible> {
+/// The record of how the entrypoint ran in this container (this anchor's:
+/// a later container of the key has its own), in the container's
+/// directory.
+fn entrypoint_record(info: &SharedInfo) -> Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = super::containers_dir()?.join(&info.key).join(format!(
+        "{ENTRYPOINT_RECORD}{}-{}.json",
+        info.pid, info.start_time
+    ));
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| Error::io("open", &path, e))
+}
+
+/// The start of an entrypoint record's name.
+pub(super) const ENTRYPOINT_RECORD: &str = "entrypoint-";
+
+fn enter_and_exec(
+    k: &dyn Kernel,
+    entry: Entry,
+    job: &Process,
+    record: Option<&std::fs::File>,
+) -> Result<std::convert::Infallible> {
     if let Some(ns) = &entry.keeper_userns {
         k.setns(ns.as_fd(), Namespace::User)
             .map_err(|e| Error::sys("join the keeper's user namespace", None, e))?;
@@ -124,7 +157,17 @@ fn enter_and_exec(k: &dyn Kernel, entry: Entry, job: &Process) -> Result<std::co
     })?;
     k.set_no_new_privs()
         .map_err(|e| Error::sys("set no_new_privs", None, e))?;
-    let env = job.env_after_entrypoint(&job.env);
+    let env = match (&job.entrypoint_first, record) {
+        (Some(first), Some(record)) => crate::entrypoint_first::run_once(
+            first,
+            record,
+            &job.env,
+            &job.workdir,
+            job.argv0_fallback,
+            (&job.seccomp, job.root_emulation.wanted()),
+        ),
+        _ => job.env_after_entrypoint(&job.env),
+    };
     let program = process::resolve_or_exit(&job.argv[0], &env, &job.workdir, job.argv0_fallback);
     let emulate = job.root_emulation.wanted();
     process::exec_command(

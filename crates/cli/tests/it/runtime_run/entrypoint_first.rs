@@ -16,6 +16,7 @@ fn entrypoint(sb: &Sandbox) -> String {
         &script,
         "#!/bin/sh\necho '== BANNER =='\necho 'banner on stderr' >&2\n\
          [ -n \"$FAIL\" ] && exit 3\n[ -n \"$BG\" ] && sleep 60 &\n\
+         [ -d /count ] && echo ran >> /count/runs\n\
          export FROM_ENTRYPOINT=yes\nexec \"$@\"\n",
     )
     .unwrap();
@@ -93,22 +94,27 @@ fn the_entrypoint_runs_first_on_its_own_and_hands_on_its_environment() {
     sb.run(&args)
         .fails(125, "ended without running the command it was given");
 
-    // A task joining a shared container runs it first too (the first
-    // task's binds are the container's).
-    let task = |cmd: &[&str]| {
-        let mut args = vec!["run", "--shared", "ep", "--linger", "5"];
+    // Tasks of a shared container: it runs once, for the container (as
+    // Pyxis runs it when the container starts), and each task gets what
+    // it left over its own variables.
+    let count = sb.dir.path().join("count");
+    std::fs::create_dir_all(&count).unwrap();
+    sb.chown_to_user(&count);
+    let bound = format!("{}:/count", count.display());
+    let task = |var: &str, cmd: &[&str]| {
+        let mut args = vec!["run", "--shared", "ep", "--linger", "5", "-v", &bound];
         args.extend_from_slice(&first);
+        args.extend(["-e", var]);
         args.push(&d);
         args.extend_from_slice(cmd);
         sb.run(&args).ok().stdout()
     };
-    let ns = task(&["readlink", "/proc/self/ns/mnt"]);
+    let ns = task("TASKN=1", &["readlink", "/proc/self/ns/mnt"]);
+    let show = "echo $TASKN $FROM_ENTRYPOINT; readlink /proc/self/ns/mnt";
+    assert_eq!(task("TASKN=2", &["sh", "-c", show]), format!("2 yes\n{ns}"));
+    assert_eq!(task("TASKN=3", &["sh", "-c", show]), format!("3 yes\n{ns}"));
     assert_eq!(
-        task(&[
-            "sh",
-            "-c",
-            "echo $FROM_ENTRYPOINT; readlink /proc/self/ns/mnt"
-        ]),
-        format!("yes\n{ns}")
+        std::fs::read_to_string(count.join("runs")).unwrap(),
+        "ran\n"
     );
 }

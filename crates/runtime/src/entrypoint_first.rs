@@ -59,14 +59,21 @@ pub fn run(
     argv0_fallback: bool,
     filters: (&Seccomp, bool),
 ) -> Vec<(String, String)> {
-    let ran = try_run(first, env, workdir, argv0_fallback, filters);
-    command_env(first, env, Ran::of(first, env, ran))
+    match try_run(first, env, workdir, argv0_fallback, filters) {
+        Ok(left) => command_env(first, env, &Changes::between(seen(first, env), &left)),
+        Err((code, msg)) => {
+            eprintln!("berth: error: {msg}");
+            sys::exit_now(code)
+        }
+    }
 }
 
 /// [`run`] once for all tasks of a shared container (Pyxis runs the
-/// entrypoint once per container): the first task to take `record`'s lock
-/// runs it and writes what it left (or its failure) there; the others wait
-/// for the lock and take it from there, each over its own environment.
+/// entrypoint once when a node's container starts): the first task to
+/// take `record`'s lock runs it and writes its changes to the environment
+/// there; the others wait for the lock (a signal ends the wait) and apply
+/// them to their own. A failure is not recorded: the next task runs it
+/// again, and fails alike where the failure is the entrypoint's.
 pub fn run_once(
     first: &EntrypointFirst,
     record: &std::fs::File,
@@ -76,27 +83,28 @@ pub fn run_once(
     filters: (&Seccomp, bool),
 ) -> Vec<(String, String)> {
     use std::io::Write;
+    // Waiting for the task that runs it: a signal (scancel, ^C) ends this
+    // task, as it would end the entrypoint.
+    let watched = process::watched_signals();
+    let _ = sys::process::mask(&watched, false);
     let locked = rustix::fs::flock(record, rustix::fs::FlockOperation::LockExclusive);
+    let _ = sys::process::mask(&watched, true);
     let mut text = String::new();
     let mut file = record;
-    let cached = match locked {
-        Ok(()) => file
-            .rewind()
-            .and_then(|()| file.read_to_string(&mut text))
-            .ok()
-            .and_then(|_| serde_json::from_str::<Ran>(&text).ok()),
-        Err(_) => None,
-    };
-    let ran = match cached {
-        Some(ran) => ran,
-        None => {
-            let ran = Ran::of(
-                first,
-                env,
-                try_run(first, env, workdir, argv0_fallback, filters),
-            );
-            if locked.is_ok() {
-                let written = serde_json::to_vec(&ran)
+    let recorded = locked
+        .ok()
+        .and_then(|()| {
+            file.rewind()
+                .and_then(|()| file.read_to_string(&mut text))
+                .ok()
+        })
+        .and_then(|_| serde_json::from_str::<Changes>(&text).ok());
+    let changes = match recorded {
+        Some(changes) => changes,
+        None => match try_run(first, env, workdir, argv0_fallback, filters) {
+            Ok(left) => {
+                let changes = Changes::between(seen(first, env), &left);
+                let written = serde_json::to_vec(&changes)
                     .map_err(std::io::Error::other)
                     .and_then(|b| {
                         file.set_len(0)?;
@@ -104,75 +112,78 @@ pub fn run_once(
                         file.write_all(&b)
                     });
                 if let Err(e) = written {
-                    tracing::warn!("cannot record the entrypoint's environment for the container's other tasks: {e}");
+                    tracing::warn!(
+                        "cannot record the entrypoint's changes for the container's other tasks: {e}"
+                    );
                 }
+                changes
             }
-            ran
-        }
+            Err((code, msg)) => {
+                eprintln!("berth: error: {msg}");
+                sys::exit_now(code)
+            }
+        },
     };
     let _ = rustix::fs::flock(record, rustix::fs::FlockOperation::Unlock);
-    command_env(first, env, ran)
+    command_env(first, env, &changes)
 }
 
-/// How the entrypoint ran, as tasks of one container share it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-enum Ran {
-    /// It handed on `left`, having been given `saw`.
-    Left {
-        saw: Vec<(String, String)>,
-        left: Vec<(String, String)>,
-    },
-    /// It failed: the exit code and the message.
-    Failed(i32, String),
+/// What the entrypoint was given: under Pyxis's split its own
+/// environment, else the command's.
+fn seen<'a>(first: &'a EntrypointFirst, env: &'a [(String, String)]) -> &'a [(String, String)] {
+    first.sees.as_deref().unwrap_or(env)
 }
 
-impl Ran {
-    fn of(
-        first: &EntrypointFirst,
-        env: &[(String, String)],
-        ran: Result<Vec<(String, String)>, (i32, String)>,
-    ) -> Self {
-        match ran {
-            Ok(left) => Ran::Left {
-                saw: first.sees.clone().unwrap_or_else(|| env.to_vec()),
-                left,
-            },
-            Err((code, msg)) => Ran::Failed(code, msg),
+/// What the entrypoint changed in the environment it was given: what it
+/// set (new or other values) and what it removed. Recorded for the other
+/// tasks of a container, which apply it to their own (a task's own
+/// variables, a RANK, stay its own); only changes, never a task's whole
+/// environment, are written down.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Changes {
+    set: Vec<(String, String)>,
+    removed: Vec<String>,
+}
+
+impl Changes {
+    fn between(saw: &[(String, String)], left: &[(String, String)]) -> Self {
+        Changes {
+            set: left
+                .iter()
+                .filter(|(k, v)| !saw.iter().any(|(n, w)| n == k && w == v))
+                .cloned()
+                .collect(),
+            removed: saw
+                .iter()
+                .filter(|(k, _)| !left.iter().any(|(n, _)| n == k))
+                .map(|(k, _)| k.clone())
+                .collect(),
         }
+    }
+
+    /// `env` as the entrypoint would have left it.
+    fn applied(&self, env: &[(String, String)]) -> Vec<(String, String)> {
+        let kept: Vec<(String, String)> = env
+            .iter()
+            .filter(|(k, _)| !self.removed.contains(k))
+            .cloned()
+            .collect();
+        layered(&kept, self.set.clone(), &[])
     }
 }
 
-/// The command's environment from how the entrypoint ran (its failure
-/// said, and berth exits): under Pyxis's split, the command's own below
-/// what the entrypoint left; else the command's own with the entrypoint's
-/// changes (what it set, changed or removed of what it saw), so a task
-/// other than the one that ran it keeps its own variables; `after` over
-/// both.
+/// The command's environment from the entrypoint's changes: under
+/// Pyxis's split, the command's own below the entrypoint's environment as
+/// it left it; else the command's own as the entrypoint left it;
+/// [`EntrypointFirst::after`] over both.
 fn command_env(
     first: &EntrypointFirst,
     env: &[(String, String)],
-    ran: Ran,
+    changes: &Changes,
 ) -> Vec<(String, String)> {
-    match ran {
-        Ran::Failed(code, msg) => {
-            eprintln!("berth: error: {msg}");
-            sys::exit_now(code)
-        }
-        Ran::Left { left, .. } if first.sees.is_some() => layered(env, left, &first.after),
-        Ran::Left { saw, left } => {
-            let kept: Vec<(String, String)> = env
-                .iter()
-                .filter(|(k, _)| {
-                    left.iter().any(|(n, _)| n == k) || !saw.iter().any(|(n, _)| n == k)
-                })
-                .cloned()
-                .collect();
-            let changed: Vec<(String, String)> = left
-                .into_iter()
-                .filter(|(k, v)| !saw.iter().any(|(n, w)| n == k && w == v))
-                .collect();
-            layered(&kept, changed, &first.after)
-        }
+    match &first.sees {
+        Some(sees) => layered(env, changes.applied(sees), &first.after),
+        None => layered(&changes.applied(env), Vec::new(), &first.after),
     }
 }
 
@@ -338,14 +349,16 @@ mod tests {
         );
     }
 
+    fn vars(l: &[(&str, &str)]) -> Vec<(String, String)> {
+        l.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
     #[test]
     fn another_task_of_the_container_gets_the_entrypoints_changes_over_its_own() {
-        let v = |l: &[(&str, &str)]| -> Vec<(String, String)> {
-            l.iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect()
-        };
-        let first = EntrypointFirst {
+        let v = vars;
+        let mut first = EntrypointFirst {
             argv: vec!["/ep.sh".into()],
             log: false,
             sees: None,
@@ -353,20 +366,31 @@ mod tests {
         };
         // The first task had RANK=0; the entrypoint changed A, removed
         // GONE and set NEW.
-        let ran = Ran::Left {
-            saw: v(&[("A", "1"), ("RANK", "0"), ("GONE", "x")]),
-            left: v(&[("A", "2"), ("RANK", "0"), ("NEW", "ep")]),
-        };
+        let changes = Changes::between(
+            &v(&[("A", "1"), ("RANK", "0"), ("GONE", "x")]),
+            &v(&[("A", "2"), ("RANK", "0"), ("NEW", "ep")]),
+        );
+        assert_eq!(changes.removed, ["GONE"]);
+        let task = v(&[("A", "1"), ("RANK", "1"), ("GONE", "x"), ("OWN", "t")]);
         assert_eq!(
-            command_env(
-                &first,
-                &v(&[("A", "1"), ("RANK", "1"), ("GONE", "x"), ("OWN", "t")]),
-                ran
-            ),
+            command_env(&first, &task, &changes),
             v(&[
                 ("A", "2"),
                 ("RANK", "1"),
                 ("OWN", "t"),
+                ("NEW", "ep"),
+                ("PINNED", "named")
+            ])
+        );
+        // Pyxis's split: the task's own below the entrypoint's environment
+        // as this task's would have been left (its own RANK).
+        first.sees = Some(v(&[("A", "1"), ("RANK", "1"), ("GONE", "x")]));
+        assert_eq!(
+            command_env(&first, &v(&[("TASK", "t"), ("RANK", "1")]), &changes),
+            v(&[
+                ("TASK", "t"),
+                ("RANK", "1"),
+                ("A", "2"),
                 ("NEW", "ep"),
                 ("PINNED", "named")
             ])

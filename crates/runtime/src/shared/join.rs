@@ -73,7 +73,7 @@ pub(super) fn join(info: &SharedInfo, job: &Process, share: Share) -> Result<i32
     // The entrypoint that runs first runs once for the container: its
     // record, opened before the container's mount namespace hides it.
     let record = match &job.entrypoint_first {
-        Some(_) => Some(entrypoint_record(info)?),
+        Some(first) => Some(entrypoint_record(info, first)?),
         None => None,
     };
     let set = process::block_watched()?;
@@ -92,14 +92,29 @@ pub(super) fn join(info: &SharedInfo, job: &Process, share: Share) -> Result<i32
     }
 }
 
-/// The record of how the entrypoint ran in this container (this anchor's:
-/// a later container of the key has its own), in the container's
-/// directory.
-fn entrypoint_record(info: &SharedInfo) -> Result<std::fs::File> {
+/// The record of the entrypoint's changes in this container (this
+/// anchor's: a later container of the key has its own), in the
+/// container's directory; one per entrypoint and, under Slurm, per job
+/// step (Pyxis runs it at each step's start, and a named container of the
+/// job outlives a step).
+fn entrypoint_record(
+    info: &SharedInfo,
+    first: &crate::entrypoint_first::EntrypointFirst,
+) -> Result<std::fs::File> {
+    use std::hash::{Hash, Hasher};
     use std::os::unix::fs::OpenOptionsExt;
-    let path = super::containers_dir()?.join(&info.key).join(format!(
-        "{ENTRYPOINT_RECORD}{}-{}.json",
-        info.pid, info.start_time
+    let mut h = std::hash::DefaultHasher::new();
+    first.argv.hash(&mut h);
+    first.sees.is_some().hash(&mut h);
+    for var in ["SLURM_JOB_ID", "SLURM_STEP_ID"] {
+        std::env::var(var).ok().hash(&mut h);
+    }
+    let path = super::containers_dir()?.join(format!(
+        "{}/{ENTRYPOINT_RECORD}{}-{}-{:016x}.json",
+        info.key,
+        info.pid,
+        info.start_time,
+        h.finish()
     ));
     std::fs::OpenOptions::new()
         .read(true)

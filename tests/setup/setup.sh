@@ -9,6 +9,8 @@
 #    127.0.0.1:5000, htpasswd-protected on 127.0.0.1:5001 and bearer-token
 #    protected on 127.0.0.1:5002 (token server token_server.py on
 #    127.0.0.1:5003), and pushes the images to them
+#  - starts a Docker daemon (Debian's docker.io) whose socket the test
+#    user may use, for `berth import docker-daemon:`
 #  - writes $BERTH_IT_DIR/env (KEY=VALUE lines) for the tests
 #
 # Idempotent: every run stops the registries of the previous run (see
@@ -43,7 +45,7 @@ PACKAGES=(squashfs-tools-ng squashfs-tools skopeo umoci docker-registry
           apache2-utils busybox-static zstd squashfuse fuse3 fuse-overlayfs jq python3
           curl gzip debootstrap podman buildah runc uidmap catatonit openssl gcc libc6-dev mpich libmpich-dev
           slurm-wlm munge openmpi-bin libopenmpi-dev libpmix-dev
-          shellcheck flake8 golang-go golang-github-sylabs-sif-dev tinyproxy)
+          shellcheck flake8 golang-go golang-github-sylabs-sif-dev tinyproxy docker.io)
 
 die() { echo "setup.sh: ERROR: $*" >&2; exit 1; }
 trap 'echo "setup.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
@@ -347,6 +349,34 @@ insecure = true
 EOF
 chown -R "$TEST_USER:$TEST_USER" "$PODMAN_HOME"
 
+# A real Docker daemon (Debian's docker.io) for `berth import
+# docker-daemon:`, its state and socket under $BERTH_IT_DIR/docker; no
+# networking of its own (no iptables, no bridge: it only stores images).
+# The test user reaches the socket as a site's docker group would.
+DOCKER_DIR=$BERTH_IT_DIR/docker
+start_dockerd() {
+    local sock=$DOCKER_DIR/docker.sock pid i
+    rm -rf "$DOCKER_DIR"
+    install -d -m 0755 "$DOCKER_DIR"
+    setsid /usr/sbin/dockerd --host "unix://$sock" --data-root "$DOCKER_DIR/root" \
+        --exec-root "$DOCKER_DIR/exec" --pidfile "$DOCKER_DIR/dockerd.pid" \
+        --iptables=false --ip6tables=false --bridge=none --storage-driver=vfs \
+        > "$LOG_DIR/dockerd.log" 2>&1 < /dev/null &
+    pid=$!
+    echo "$pid" > "$RUN_DIR/dockerd.pid"
+    for ((i = 0; i < 300; i++)); do
+        kill -0 "$pid" 2>/dev/null || die "dockerd exited; see $LOG_DIR/dockerd.log"
+        if DOCKER_HOST=unix://$sock docker version > /dev/null 2>&1; then
+            chgrp "$TEST_USER" "$sock" && chmod 0660 "$sock"
+            log "dockerd up on $sock (pid $pid)"
+            return 0
+        fi
+        sleep 0.1
+    done
+    die "dockerd did not answer on $sock in 30 s; see $LOG_DIR/dockerd.log"
+}
+start_dockerd
+
 # --------------------------------------------------------------------------
 # Environment for the tests
 # --------------------------------------------------------------------------
@@ -365,6 +395,7 @@ BERTH_IT_REG_ANON_STORAGE=$REG_DIR/anon/storage
 BERTH_IT_REG_AUTH_STORAGE=$REG_DIR/auth/storage
 BERTH_IT_REG_TOKEN_STORAGE=$REG_DIR/token/storage
 BERTH_IT_PODMAN_HOME=$PODMAN_HOME
+BERTH_IT_DOCKER_HOST=unix://$DOCKER_DIR/docker.sock
 BERTH_IT_FAKEGPU=$BERTH_IT_DIR/fakegpu
 BERTH_IT_SIF=$FIXTURES/sif
 BERTH_IT_SLURM_CONF=$BERTH_IT_DIR/slurm/slurm.conf

@@ -1,11 +1,12 @@
 #!/bin/bash
-# Stop the registries (and the token server) that tests/setup/setup.sh
-# started.
+# Stop the registries (and the token server, and dockerd) that
+# tests/setup/setup.sh started.
 #
 # Only processes recorded in $BERTH_IT_DIR/run/*.pid are touched, and only
 # when they still are a docker-registry serving a config under
-# $BERTH_IT_DIR, or token_server.py with its key under $BERTH_IT_DIR (so a
-# recycled PID is never killed).
+# $BERTH_IT_DIR, token_server.py with its key under $BERTH_IT_DIR, or a
+# dockerd whose socket is under $BERTH_IT_DIR (so a recycled PID is never
+# killed).
 #
 #   teardown.sh          stop the registries, keep fixtures and storage
 #   teardown.sh --purge  also delete $BERTH_IT_DIR
@@ -20,6 +21,7 @@ is_ours() {
     local cmdline
     cmdline=$(tr '\0' ' ' 2>/dev/null < "/proc/$1/cmdline") || return 1
     [[ $cmdline == *docker-registry\ serve\ "$BERTH_IT_DIR"/registry/* ||
+       $cmdline == */usr/sbin/dockerd\ --host\ unix://"$BERTH_IT_DIR"/docker/* ||
        $cmdline == *python3*\ */token_server.py\ --key\ "$BERTH_IT_DIR"/registry/* ]]
 }
 

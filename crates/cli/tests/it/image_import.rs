@@ -147,3 +147,63 @@ fn containers_storage_imports_the_users_podman_images() {
     sb.run(&["import", "containers-storage:localhost/no-such:1", "x:1"])
         .fails(16, "podman could not export localhost/no-such:1");
 }
+
+#[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
+fn docker_daemon_imports_the_daemons_images() {
+    // A real dockerd (the fixtures'), its socket open to the test user as
+    // a site's docker group would have it; berth runs `docker save` with
+    // the user's DOCKER_HOST.
+    let env = need_env!();
+    let mut sb = Sandbox::new(env);
+    let host = env.var("BERTH_IT_DOCKER_HOST");
+    let r = format!("{}/berth-test/debian-python:latest", env.anon());
+    let pulled = std::process::Command::new("docker")
+        .env("DOCKER_HOST", host)
+        .args(["pull", "-q", &r])
+        .output()
+        .expect("docker (Debian's docker.io)");
+    assert!(
+        pulled.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pulled.stderr)
+    );
+    sb.extra_env.push(("DOCKER_HOST".into(), host.to_string()));
+    sb.run(&[
+        "import",
+        "-q",
+        &format!("docker-daemon:{r}"),
+        "from-docker:1",
+    ])
+    .ok();
+    let out = sb
+        .run(&[
+            "run",
+            "from-docker:1",
+            "sh",
+            "-c",
+            "cat /etc/debian_version; echo $GREETING",
+        ])
+        .ok()
+        .stdout();
+    assert!(
+        out.starts_with("12.") && out.ends_with("hello from the image\n"),
+        "{out}"
+    );
+    // The same tree as the registry's image, entry for entry.
+    let list = "find / -xdev -printf '%p %y %m %U:%G %s %l\\n' | sort | md5sum";
+    let pulled = sb.pulled("debian-python:latest");
+    assert_eq!(
+        sb.run(&["run", "--entrypoint", "", "from-docker:1", "sh", "-c", list])
+            .ok()
+            .stdout(),
+        sb.run(&["run", "--entrypoint", "", &pulled, "sh", "-c", list])
+            .ok()
+            .stdout()
+    );
+    sb.run(&["import", "docker-daemon:localhost/no-such:1", "x:1"])
+        .fails(16, "docker could not export localhost/no-such:1");
+}

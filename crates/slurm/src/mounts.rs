@@ -151,7 +151,8 @@ fn target(dst: &str) -> Result<String, String> {
     };
     if abs.split('/').any(|c| c == "..") {
         return Err(format!(
-            "container path {dst:?} leaves the container's root (`..`): refused"
+            "container path {dst:?} leaves the container's root with `..` (Cross-device link, \
+             as enroot says): give a path inside the container"
         ));
     }
     Ok(abs)
@@ -197,7 +198,7 @@ mod tests {
     #[test]
     fn bad_entries_say_why() {
         for (e, says) in [
-            ("/home:../home", "leaves the container's root"),
+            ("/home:../home", "Cross-device link"),
             ("/tmp:mnt:ro", "must start with /"),
             ("devpts:/d:ro", "use a path"),
             ("/a:/b:rbind+suid", "\"suid\" is not supported"),

@@ -246,7 +246,7 @@ fn pyxis_mounts_and_invalid_arguments() {
         (vec!["--container-env=FOO,"], "empty item"),
         (
             vec!["--container-mounts=/home:../home"],
-            "leaves the container's root",
+            "Cross-device link",
         ),
         (vec!["--container-mounts=devpts:/d:ro"], "use a path"),
         (vec!["--container-mounts=/tmp:mnt:ro"], "must start with /"),

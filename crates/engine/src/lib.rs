@@ -36,6 +36,7 @@ pub mod identity;
 pub mod image;
 pub mod inject;
 pub mod launcher;
+pub mod ld_cache;
 pub mod named;
 pub mod node_cache;
 pub mod overlay;
@@ -232,6 +233,12 @@ pub fn prepare(
     if own.ipc {
         tmpfs.push("/dev/shm:mode=1777".to_string());
     }
+    let (mut site_always, mut injected) = (inject::binds(&always), inject::binds(&requested));
+    ld_cache::add(
+        img,
+        (&always, &mut site_always),
+        (&requested, &mut injected),
+    );
     let run_binds = binds::run_binds(binds::BindInputs {
         site: &config.runtime.binds,
         home: caller.home.as_deref(),
@@ -241,8 +248,8 @@ pub fn prepare(
         volumes: &req.volumes,
         tmpfs: &tmpfs,
         umount: &req.umount,
-        site_always: inject::binds(&always),
-        injected: inject::binds(&requested),
+        site_always,
+        injected,
     })?;
     // A run with its own device or library binds does not use the keeper's
     // prepared root: their mount points would stay behind in the shared

@@ -12,15 +12,16 @@
 //!   `berth run --dry-run`.
 //!
 //! Injected libraries are bound into one directory, [`plan::LIB_DIR`],
-//! which goes first on `LD_LIBRARY_PATH`. The alternative, regenerating the
-//! image's `/etc/ld.so.cache` in the container's writable layer, means
-//! running the image's `ldconfig` at every start (it reads every library
-//! directory of the image: 7 ms on the Debian + python3 test image,
-//! against a whole start of 4 to 7 ms) and needs an image that has
-//! `ldconfig`; `LD_LIBRARY_PATH` costs
-//! nothing and leaves the image's own libraries where its cache says. Its
-//! one weakness, a program that clears `LD_LIBRARY_PATH`, is what modules'
-//! `library_dirs` and CDI mounts at the image's own library paths are for.
+//! which goes first on `LD_LIBRARY_PATH`, and are added to the image's
+//! loader cache: [`ldcache::write`] writes a copy of the image's
+//! `/etc/ld.so.cache` with their entries, which the run binds read-only
+//! over it (for `ldconfig -p`, Python's `ctypes.util.find_library`, and
+//! programs that clear `LD_LIBRARY_PATH`). berth writes the cache itself
+//! rather than running the image's `ldconfig` at every start (which reads
+//! every library directory of the image: 7 ms on the Debian + python3 test
+//! image, against a whole start of 4 to 7 ms, and needs an image that has
+//! `ldconfig` and a writable `/etc`); the copy is written once per image
+//! and set of libraries.
 
 #![forbid(unsafe_code)]
 

@@ -67,6 +67,25 @@ fn gpus_by_driver_discovery() {
     );
     assert!(out.contains("lib=/.berth/lib visible=all cdi="), "{out}");
 
+    // The loader cache knows the driver's libraries too (pyxis env 7):
+    // the image's ldconfig lists them, and a program run with
+    // LD_LIBRARY_PATH cleared loads them; the image's own entries stay.
+    let out = sh(
+        &sb,
+        &img,
+        &["--gpus", "all"],
+        "ldconfig -p | grep -c 'libcuda.so.1 (libc6,x86-64) => /.berth/lib/libcuda.so.1'; \
+         ldconfig -p | grep -c 'libc.so.6 '; env -u LD_LIBRARY_PATH cuda-probe",
+    )
+    .ok()
+    .stdout();
+    assert!(
+        out.starts_with("1\n1\n")
+            && out
+                .contains("cuInit=0 cuDeviceGetCount=0 devices=2 libcuda=/.berth/lib/libcuda.so.1"),
+        "{out}"
+    );
+
     // One GPU, by index and by UUID: the container sees only that one.
     let out = sh(&sb, &img, &["--gpus", "1"], SHOW).ok().stdout();
     assert!(out.contains("devices=1") && lists(&out, "nvidia1"), "{out}");
@@ -79,7 +98,14 @@ fn gpus_by_driver_discovery() {
 
     // Without --gpus the container has no driver, and nothing of the GPU
     // runs before it stayed behind (no device mount points, no /.berth).
-    let out = sh(&sb, &img, &[], "ls /dev; ls -d /.berth 2>&1").stdout();
+    let out = sh(
+        &sb,
+        &img,
+        &[],
+        "ls /dev; ls -d /.berth 2>&1; ldconfig -p | grep -c libcuda",
+    )
+    .stdout();
+    assert!(out.ends_with("\n0\n"), "{out}");
     assert!(!out.contains("nvidia"), "{out}");
     assert!(out.contains("No such file"), "{out}");
     let out = sh(&sb, &img, &[], "cuda-probe");

@@ -10,11 +10,15 @@
 //!
 //! Everything is bounds-checked: a malformed cache is an error, never a
 //! panic (the file comes from the host, but also from images).
+//!
+//! [`write`] makes an image's cache with the injected libraries added.
 
-const MAGIC_NEW: &[u8] = b"glibc-ld.so.cache1.1";
+pub mod write;
+
+pub(crate) const MAGIC_NEW: &[u8] = b"glibc-ld.so.cache1.1";
 const MAGIC_OLD: &[u8] = b"ld.so-1.7.0";
-const HEADER: usize = 48;
-const ENTRY: usize = 24;
+pub(crate) const HEADER: usize = 48;
+pub(crate) const ENTRY: usize = 24;
 const OLD_HEADER: usize = 16;
 const OLD_ENTRY: usize = 12;
 
@@ -79,6 +83,12 @@ fn u32_at(b: &[u8], at: usize) -> Option<u32> {
     ))
 }
 
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_ne_bytes(
+        b.get(at..at.checked_add(8)?)?.try_into().ok()?,
+    ))
+}
+
 fn i32_at(b: &[u8], at: usize) -> Option<i32> {
     Some(i32::from_ne_bytes(
         b.get(at..at.checked_add(4)?)?.try_into().ok()?,
@@ -93,6 +103,28 @@ fn string_at(b: &[u8], at: usize) -> Option<String> {
 
 /// Parses a loader cache.
 pub fn parse(bytes: &[u8]) -> Result<Vec<Entry>, LdCacheError> {
+    Ok(parse_raw(bytes)?
+        .into_iter()
+        .map(|r| Entry {
+            soname: r.soname,
+            path: r.path,
+            flags: r.flags,
+        })
+        .collect())
+}
+
+/// One entry as the cache holds it, for [`write`]'s copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawEntry {
+    pub(crate) flags: i32,
+    pub(crate) soname: String,
+    pub(crate) path: String,
+    pub(crate) osversion: u32,
+    pub(crate) hwcap: u64,
+}
+
+/// Parses a loader cache's entries with every field.
+pub(crate) fn parse_raw(bytes: &[u8]) -> Result<Vec<RawEntry>, LdCacheError> {
     let new = if bytes.starts_with(MAGIC_NEW) {
         bytes
     } else if bytes.starts_with(MAGIC_OLD) {
@@ -130,12 +162,16 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<Entry>, LdCacheError> {
         let flags = i32_at(new, at).ok_or(LdCacheError::Truncated("entries"))?;
         let key = u32_at(new, at + 4).ok_or(LdCacheError::Truncated("entries"))? as usize;
         let value = u32_at(new, at + 8).ok_or(LdCacheError::Truncated("entries"))? as usize;
+        let osversion = u32_at(new, at + 12).ok_or(LdCacheError::Truncated("entries"))?;
+        let hwcap = u64_at(new, at + 16).ok_or(LdCacheError::Truncated("entries"))?;
         let soname = string_at(new, key).ok_or(LdCacheError::BadString(i))?;
         let path = string_at(new, value).ok_or(LdCacheError::BadString(i))?;
-        out.push(Entry {
+        out.push(RawEntry {
+            flags,
             soname,
             path,
-            flags,
+            osversion,
+            hwcap,
         });
     }
     Ok(out)

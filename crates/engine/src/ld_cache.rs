@@ -1,0 +1,103 @@
+//! The image's loader cache with the run's injected libraries added
+//! ([`berth_inject::ldcache::write`]), bound read-only over the image's
+//! `/etc/ld.so.cache`: `ldconfig -p` and `ctypes.util.find_library` then
+//! find a GPU driver's libraries as with NVIDIA's container toolkit, and a
+//! program that clears `LD_LIBRARY_PATH` still loads them. The cache is
+//! written once per image and set of libraries under berth's runtime
+//! directory, named by what it is made of.
+
+use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
+
+use berth_image::store::StoredImage;
+use berth_inject::ldcache::write;
+use berth_inject::plan::{Library, LIB_DIR};
+use berth_inject::Plan;
+use berth_runtime::rootfs::Bind;
+
+/// Where the image's cache is.
+const TARGET: &str = "/etc/ld.so.cache";
+
+/// The largest image cache read.
+const MAX_CACHE: u64 = 64 << 20;
+
+/// Changes when what [`write::with_libraries`] writes changes, so that a
+/// cache written by an older berth is not taken.
+const FORMAT: u32 = 1;
+
+/// Adds the bind of the image's cache with every injected library: to
+/// the run's own binds where the run asks for libraries, else to every
+/// run's (the site's modules), each given as its plan and its binds.
+pub fn add(
+    image: &StoredImage,
+    always: (&Plan, &mut Vec<Bind>),
+    requested: (&Plan, &mut Vec<Bind>),
+) {
+    let libs: Vec<&Library> = always
+        .0
+        .libraries
+        .iter()
+        .chain(&requested.0.libraries)
+        .collect();
+    if let Some(b) = bind(image, &libs) {
+        match requested.0.libraries.is_empty() {
+            true => always.1.push(b),
+            false => requested.1.push(b),
+        }
+    }
+}
+
+/// The bind of the image's cache with `libraries` added; `None` without
+/// libraries, or where the image has no cache (musl images, whose loader
+/// has none) or it cannot be read or written (the libraries are still on
+/// `LD_LIBRARY_PATH`; said at debug level).
+pub fn bind(image: &StoredImage, libraries: &[&Library]) -> Option<Bind> {
+    if libraries.is_empty() {
+        return None;
+    }
+    let mut libs: Vec<(String, String)> = libraries
+        .iter()
+        .map(|l| (l.name.clone(), format!("{LIB_DIR}/{}", l.name)))
+        .collect();
+    libs.sort();
+    libs.dedup();
+    let made = cached(image, &libs)
+        .inspect_err(|e| tracing::debug!("no loader cache with the injected libraries: {e}"))
+        .ok()??;
+    Some(Bind {
+        source: made,
+        target: TARGET.to_string(),
+        readonly: true,
+        spec: "the image's loader cache with the injected libraries".to_string(),
+        device: false,
+        options: Default::default(),
+    })
+}
+
+/// The cache file for `image` and `libs`, written if missing.
+fn cached(image: &StoredImage, libs: &[(String, String)]) -> std::io::Result<Option<PathBuf>> {
+    let mut h = std::hash::DefaultHasher::new();
+    (FORMAT, &image.record.id, libs, write::native_flags()).hash(&mut h);
+    let dir = berth_runtime::node::state_dir()
+        .map_err(std::io::Error::other)?
+        .join("ldcache");
+    let path = dir.join(format!("{:016x}.cache", h.finish()));
+    if path.is_file() {
+        return Ok(Some(path));
+    }
+    let file = std::fs::File::open(image.squashfs_path())?;
+    let squashfs = berth_squashfs::Image::open(file, image.record.squashfs.offset)
+        .map_err(std::io::Error::other)?;
+    let Some(bytes) = squashfs
+        .read_path(TARGET, MAX_CACHE)
+        .map_err(std::io::Error::other)?
+    else {
+        return Ok(None);
+    };
+    let out = write::with_libraries(&bytes, libs).map_err(std::io::Error::other)?;
+    std::fs::create_dir_all(&dir)?;
+    let tmp = dir.join(format!(".{:016x}.{}", h.finish(), std::process::id()));
+    std::fs::write(&tmp, out)?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(Some(path))
+}

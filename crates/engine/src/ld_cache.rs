@@ -23,11 +23,14 @@ const MAX_CACHE: u64 = 64 << 20;
 
 /// Changes when what [`write::with_libraries`] writes changes, so that a
 /// cache written by an older berth is not taken.
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
 
 /// Adds the bind of the image's cache with every injected library: to
 /// the run's own binds where the run asks for libraries, else to every
-/// run's (the site's modules), each given as its plan and its binds.
+/// run's (the site's modules), each given as its plan and its binds. For
+/// read-only roots only (the caller's test): in a writable container the
+/// image's `ldconfig` (run by apt and dnf) must be able to replace the
+/// cache, which it cannot where the cache is a mount point.
 pub fn add(
     image: &StoredImage,
     always: (&Plan, &mut Vec<Bind>),
@@ -74,30 +77,59 @@ pub fn bind(image: &StoredImage, libraries: &[&Library]) -> Option<Bind> {
     })
 }
 
-/// The cache file for `image` and `libs`, written if missing.
+/// The cache file for `image` and `libs`, written if missing; `None`
+/// where the image has none (remembered by an empty marker file).
 fn cached(image: &StoredImage, libs: &[(String, String)]) -> std::io::Result<Option<PathBuf>> {
     let mut h = std::hash::DefaultHasher::new();
-    (FORMAT, &image.record.id, libs, write::native_flags()).hash(&mut h);
+    let made_by = (FORMAT, env!("CARGO_PKG_VERSION"));
+    (made_by, &image.record.id, libs, write::native_flags()).hash(&mut h);
     let dir = berth_runtime::node::state_dir()
         .map_err(std::io::Error::other)?
         .join("ldcache");
-    let path = dir.join(format!("{:016x}.cache", h.finish()));
+    let name = format!("{:016x}", h.finish());
+    let (path, none) = (
+        dir.join(format!("{name}.cache")),
+        dir.join(format!("{name}.none")),
+    );
     if path.is_file() {
         return Ok(Some(path));
+    }
+    if none.is_file() {
+        return Ok(None);
     }
     let file = std::fs::File::open(image.squashfs_path())?;
     let squashfs = berth_squashfs::Image::open(file, image.record.squashfs.offset)
         .map_err(std::io::Error::other)?;
-    let Some(bytes) = squashfs
+    let read = squashfs
         .read_path(TARGET, MAX_CACHE)
-        .map_err(std::io::Error::other)?
-    else {
+        .map_err(std::io::Error::other)?;
+    std::fs::create_dir_all(&dir)?;
+    let Some(bytes) = read else {
+        std::fs::write(&none, b"")?;
         return Ok(None);
     };
     let out = write::with_libraries(&bytes, libs).map_err(std::io::Error::other)?;
-    std::fs::create_dir_all(&dir)?;
-    let tmp = dir.join(format!(".{:016x}.{}", h.finish(), std::process::id()));
-    std::fs::write(&tmp, out)?;
-    std::fs::rename(&tmp, &path)?;
-    Ok(Some(path))
+    // Readable by every id of the container (a service's own user, the
+    // subordinate ids of --fakeroot), whatever the umask.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let tmp = dir.join(format!(".{name}.{}.{nanos}", std::process::id()));
+    let written = (|| {
+        use std::io::Write;
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&tmp)?;
+        f.write_all(&out)?;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))?;
+        std::fs::rename(&tmp, &path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written.map(|()| Some(path))
 }

@@ -234,11 +234,14 @@ pub fn prepare(
         tmpfs.push("/dev/shm:mode=1777".to_string());
     }
     let (mut site_always, mut injected) = (inject::binds(&always), inject::binds(&requested));
-    ld_cache::add(
-        img,
-        (&always, &mut site_always),
-        (&requested, &mut injected),
-    );
+    let layered = req.writable || req.overlay.is_some() || req.kept_name().is_some();
+    if !layered && req.save.is_none() {
+        ld_cache::add(
+            img,
+            (&always, &mut site_always),
+            (&requested, &mut injected),
+        );
+    }
     let run_binds = binds::run_binds(binds::BindInputs {
         site: &config.runtime.binds,
         home: caller.home.as_deref(),

@@ -7,7 +7,9 @@
 //! - [`hooks`]: OCI hooks (hooks.d JSON), chosen by their `when`.
 //! - [`mpi`]: the MPI bind model (host MPI in, ABI checked).
 //! - [`elf`]: sonames, needed libraries and glibc versions of ELF files.
-//! - [`ldcache`]: the host's `/etc/ld.so.cache`, read directly.
+//! - [`ldcache`]: the host's `/etc/ld.so.cache`, read directly; an
+//!   image's, written with the injected libraries added.
+//! - [`paths`]: where injected libraries and programs land.
 //! - [`plan`]: the result, applied by the runtime and shown by
 //!   `berth run --dry-run`.
 //!
@@ -34,6 +36,7 @@ pub mod host;
 pub mod ldcache;
 pub mod module;
 pub mod mpi;
+pub mod paths;
 pub mod plan;
 
 pub use error::InjectError;

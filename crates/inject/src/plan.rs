@@ -11,13 +11,7 @@ use serde::Serialize;
 
 use crate::mpi::abi::MpiCheck;
 
-/// The one directory inside the container where injected libraries land.
-/// It is put first on `LD_LIBRARY_PATH` (see the crate docs for why not
-/// the image's ld.so.cache).
-pub const LIB_DIR: &str = "/.berth/lib";
-
-/// Where injected host programs (`nvidia-smi`) land; put first on `PATH`.
-pub const BIN_DIR: &str = "/.berth/bin";
+pub use crate::paths::{BIN_DIR, LIB_DIR};
 
 /// What a mount's source is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -86,6 +86,18 @@ fn gpus_by_driver_discovery() {
         "{out}"
     );
 
+    // A writable container keeps the image's cache, which its own
+    // ldconfig (apt's, dnf's) must be able to replace.
+    let out = sh(
+        &sb,
+        &img,
+        &["--gpus", "all", "--writable", "--fakeroot"],
+        "ldconfig && echo rebuilt",
+    )
+    .ok()
+    .stdout();
+    assert_eq!(out, "rebuilt\n");
+
     // One GPU, by index and by UUID: the container sees only that one.
     let out = sh(&sb, &img, &["--gpus", "1"], SHOW).ok().stdout();
     assert!(out.contains("devices=1") && lists(&out, "nvidia1"), "{out}");

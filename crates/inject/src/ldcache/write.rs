@@ -5,13 +5,17 @@
 //! cache itself: no program of the image runs, no directory is scanned,
 //! and the result is bound read-only over the image's `/etc/ld.so.cache`.
 //!
-//! The image's entries are kept (an injected library replaces the image's
-//! entry of the same name and type), except those of glibc-hwcaps
+//! The image's entries are kept (an injected library comes before the
+//! image's entry of the same name and type, so the loader takes it, and
+//! the image's stays listed for whoever looks for the image's own, such as
+//! the MPI bind model's ABI check), except those of glibc-hwcaps
 //! subdirectories (glibc 2.33's extension section, which is not copied:
 //! the loader then takes the baseline library the cache also lists). The
 //! entries are sorted as ldconfig sorts them (`elf/cache.c`): by name
 //! with digit runs compared as numbers, descending, the loader's binary
-//! search relies on it; then by flags and hwcap, descending. Only the new
+//! search relies on it; then by flags, hwcap bits and hwcap, descending
+//! (names are compared as unsigned bytes, where glibc's `char` is signed
+//! on x86: only names with bytes above 0x7f could sort apart). Only the new
 //! format is written, which every glibc since 2.2 reads.
 
 use std::cmp::Ordering;
@@ -43,18 +47,23 @@ pub fn with_libraries(
     libraries: &[(String, String)],
 ) -> Result<Vec<u8>, LdCacheError> {
     let native = native_flags();
-    let mut entries: Vec<RawEntry> = parse_raw(image)?
-        .into_iter()
-        .filter(|e| e.hwcap & HWCAP_EXTENSION == 0)
-        .filter(|e| !(e.flags == native && libraries.iter().any(|(n, _)| *n == e.soname)))
+    // The injected first: the sort is stable, and of entries of one name
+    // and type the loader takes the first.
+    let mut entries: Vec<RawEntry> = libraries
+        .iter()
+        .map(|(soname, path)| RawEntry {
+            flags: native,
+            soname: soname.clone(),
+            path: path.clone(),
+            osversion: 0,
+            hwcap: 0,
+        })
         .collect();
-    entries.extend(libraries.iter().map(|(soname, path)| RawEntry {
-        flags: native,
-        soname: soname.clone(),
-        path: path.clone(),
-        osversion: 0,
-        hwcap: 0,
-    }));
+    entries.extend(
+        parse_raw(image)?
+            .into_iter()
+            .filter(|e| e.hwcap & HWCAP_EXTENSION == 0),
+    );
     entries.sort_by(ldconfig_order);
     entries.dedup();
     Ok(encode(&entries))
@@ -64,6 +73,7 @@ pub fn with_libraries(
 fn ldconfig_order(a: &RawEntry, b: &RawEntry) -> Ordering {
     libcmp(b.soname.as_bytes(), a.soname.as_bytes())
         .then_with(|| b.flags.cmp(&a.flags))
+        .then_with(|| b.hwcap.count_ones().cmp(&a.hwcap.count_ones()))
         .then_with(|| b.hwcap.cmp(&a.hwcap))
         .then_with(|| b.osversion.cmp(&a.osversion))
 }
@@ -153,7 +163,7 @@ mod tests {
     }
 
     #[test]
-    fn the_injected_libraries_join_the_images_and_replace_theirs() {
+    fn the_injected_libraries_join_the_images_and_come_first() {
         let native = native_flags();
         let image = encode(&[
             RawEntry {
@@ -197,6 +207,7 @@ mod tests {
                 lib("libz.so.1", "/usr/lib/libz.so.1"),
                 lib("libnvidia-ml.so.1", "/.berth/lib/libnvidia-ml.so.1"),
                 lib("libcuda.so.1", "/.berth/lib/libcuda.so.1"),
+                lib("libcuda.so.1", "/usr/local/cuda/compat/libcuda.so.1"),
             ]
         );
     }

@@ -132,9 +132,11 @@ const LIB_DIRS: &[&str] = &[
 fn image_libmpi(root: &Path) -> Option<(String, PathBuf)> {
     let inside = |p: &str| root.join(p.trim_start_matches('/'));
     if let Ok(entries) = ldcache::read(&inside("/etc/ld.so.cache")) {
+        // Not the host's, which berth's own copy of the cache lists first.
+        let injected = |p: &str| p.starts_with(&format!("{}/", crate::paths::LIB_DIR));
         if let Some(e) = entries
             .iter()
-            .find(|e| is_mpi_name(&e.soname) && e.is_native())
+            .find(|e| is_mpi_name(&e.soname) && e.is_native() && !injected(&e.path))
         {
             return Some((e.soname.clone(), inside(&e.path)));
         }

@@ -11,7 +11,7 @@
 //! Everything is bounds-checked: a malformed cache is an error, never a
 //! panic (the file comes from the host, but also from images).
 //!
-//! [`write`] makes an image's cache with the injected libraries added.
+//! [`write`](mod@write) makes an image's cache with the injected libraries added.
 
 pub mod write;
 

@@ -338,11 +338,37 @@ fn base<'a>(k: &dyn Kernel, layers: Layers<'a>) -> Result<(PathBuf, Option<(&'a 
             }
             let opts = persistent::overlay_options(image, stage, persistent, user_xattr, hints);
             let log = stage.join("fuse-overlayfs.log");
+            // A directory stays with the overlay that wrote it.
+            let written = persistent
+                .filter(|_| user_xattr)
+                .and_then(|p| persistent::Writer::of(p).map(|w| (p, w)));
+            let record = |w: persistent::Writer| {
+                if let Some(p) = persistent.filter(|_| user_xattr) {
+                    w.record(p);
+                }
+            };
             // In a user namespace only: real root keeps the kernel's
             // overlay (fuse-overlayfs would run with every capability).
-            if overlay == RootOverlay::Fuse && user_xattr {
-                fuse_overlay::mount(k, &opts, &root, OVERLAY_FLAGS, &log)?;
-                return Ok((root, Some((image, stage))));
+            let fuse_wanted = overlay == RootOverlay::Fuse && user_xattr;
+            match written {
+                Some((p, persistent::Writer::Kernel)) if fuse_wanted => {
+                    let why = " ([runtime] overlay = \"fuse\")";
+                    return Err(persistent::Writer::Kernel.refuse(
+                        p,
+                        persistent::Writer::Fuse,
+                        why,
+                    ));
+                }
+                Some((_, persistent::Writer::Fuse)) => {
+                    fuse_overlay::mount(k, &opts, &root, OVERLAY_FLAGS, &log)?;
+                    return Ok((root, Some((image, stage))));
+                }
+                _ if fuse_wanted => {
+                    fuse_overlay::mount(k, &opts, &root, OVERLAY_FLAGS, &log)?;
+                    record(persistent::Writer::Fuse);
+                    return Ok((root, Some((image, stage))));
+                }
+                _ => {}
             }
             let mounted = if user_xattr && std::env::var_os(REFUSE_OVERLAY_FAULT).is_some() {
                 Err(Errno::PERM)
@@ -356,7 +382,7 @@ fn base<'a>(k: &dyn Kernel, layers: Layers<'a>) -> Result<(PathBuf, Option<(&'a 
                 )
             };
             match mounted {
-                Ok(()) => {}
+                Ok(()) => record(persistent::Writer::Kernel),
                 // The kernel refuses overlayfs here (before 5.11 in a user
                 // namespace, or turned off): a read-only run does not need it.
                 Err(e @ (Errno::PERM | Errno::NODEV | Errno::INVAL))
@@ -377,12 +403,18 @@ fn base<'a>(k: &dyn Kernel, layers: Layers<'a>) -> Result<(PathBuf, Option<(&'a 
                         && (matches!(e, Errno::PERM | Errno::NODEV)
                             || (e == Errno::INVAL && persistent.is_none())) =>
                 {
+                    if let Some((p, w)) = written {
+                        let why =
+                            format!(" (this kernel refuses overlayfs in a user namespace: {e})");
+                        return Err(w.refuse(p, persistent::Writer::Fuse, &why));
+                    }
                     if fuse_overlay::program().is_none() {
                         return Err(no_overlay(Some(e), None));
                     }
                     tracing::debug!("no overlayfs ({e}): fuse-overlayfs");
                     fuse_overlay::mount(k, &opts, &root, OVERLAY_FLAGS, &log)
                         .map_err(|f| no_overlay(Some(e), Some(&f)))?;
+                    record(persistent::Writer::Fuse);
                 }
                 Err(e) => return Err(Error::sys("mount the overlay on", Some(root.clone()), e)),
             }

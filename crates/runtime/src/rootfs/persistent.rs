@@ -34,6 +34,74 @@ impl PersistentOverlay {
     }
 }
 
+/// Which overlay wrote a directory's upper layer: their marks differ
+/// (kernel overlayfs keeps opaque directories in `user.overlay.opaque`,
+/// fuse-overlayfs in `.wh..wh..opq` files and its own attribute), so a
+/// directory stays with the one that wrote it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Writer {
+    /// Kernel overlayfs.
+    Kernel,
+    /// fuse-overlayfs.
+    Fuse,
+}
+
+/// The file in an overlay directory that names its writer.
+const WRITER_FILE: &str = "berth-overlay";
+
+impl Writer {
+    fn name(self) -> &'static str {
+        match self {
+            Writer::Kernel => "kernel overlayfs",
+            Writer::Fuse => "fuse-overlayfs",
+        }
+    }
+
+    /// Who wrote `p`'s upper layer: its record, else the kernel where the
+    /// layer holds anything (directories from before the record), else
+    /// no one yet.
+    pub(super) fn of(p: &PersistentOverlay) -> Option<Writer> {
+        match std::fs::read_to_string(p.dir.join(WRITER_FILE)) {
+            Ok(text) if text.trim() == Writer::Fuse.name() => Some(Writer::Fuse),
+            Ok(_) => Some(Writer::Kernel),
+            Err(_) => {
+                let used = std::fs::read_dir(p.upper()).is_ok_and(|mut d| d.next().is_some());
+                used.then_some(Writer::Kernel)
+            }
+        }
+    }
+
+    /// Records that `self` writes `p` (a writable directory without a
+    /// record).
+    pub(super) fn record(self, p: &PersistentOverlay) {
+        let path = p.dir.join(WRITER_FILE);
+        if p.readonly || path.exists() {
+            return;
+        }
+        if let Err(e) = std::fs::write(&path, format!("{}\n", self.name())) {
+            tracing::warn!("cannot record who writes {}: {e}", p.dir.display());
+        }
+    }
+
+    /// The refusal to mount `p`, written by `self`, with `other`.
+    pub(super) fn refuse(
+        self,
+        p: &PersistentOverlay,
+        other: Writer,
+        why: &str,
+    ) -> crate::error::Error {
+        crate::error::Error::Mount(format!(
+            "--overlay {}: it was written through {}, and {} would misread its marks \
+             (deleted files, opaque directories){why}; use it where {} serves it, or start a new \
+             directory",
+            p.dir.display(),
+            self.name(),
+            other.name(),
+            self.name()
+        ))
+    }
+}
+
 /// The overlay mount's options: `image` below the run's tmpfs at `stage`,
 /// or below (or with) a persistent directory.
 pub(super) fn overlay_options(

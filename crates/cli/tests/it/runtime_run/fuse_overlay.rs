@@ -73,6 +73,31 @@ fn where_the_kernel_refuses_overlay_writable_runs_use_fuse_overlayfs() {
         .ok();
     assert_eq!(out.stdout(), "fuse.fuse-overlayfs\nkept\n");
 
+    // A directory stays with the overlay that wrote it (their marks
+    // differ): fuse-overlayfs serves this one where the kernel's overlay
+    // works, and one the kernel wrote is refused where only
+    // fuse-overlayfs could serve it.
+    let fault = sb.extra_env.pop().unwrap();
+    let out = sb
+        .sh(&d, &["--overlay", ov], &fstype_then("cat /etc/berth-note"))
+        .ok();
+    assert_eq!(out.stdout(), "fuse.fuse-overlayfs\nkept\n");
+    let by_kernel = sb.dir.path().join("ov-kernel");
+    let by_kernel = by_kernel.to_str().unwrap();
+    let out = sb
+        .sh(
+            &d,
+            &["--overlay", by_kernel],
+            &fstype_then("rm /etc/debian_version"),
+        )
+        .ok();
+    assert_eq!(out.stdout(), "overlay\n");
+    sb.extra_env.push(fault);
+    sb.run(&["run", "--overlay", by_kernel, &d, "true"]).fails(
+        125,
+        "it was written through kernel overlayfs, and fuse-overlayfs would misread",
+    );
+
     // A shared container's layer outlives the process that made it: a
     // second run of the key sees the first one's file.
     let shared = |script: &str| {

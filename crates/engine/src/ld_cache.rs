@@ -54,7 +54,7 @@ pub fn add(
 /// libraries, or where the image has no cache (musl images, whose loader
 /// has none) or it cannot be read or written (the libraries are still on
 /// `LD_LIBRARY_PATH`; said at debug level).
-pub fn bind(image: &StoredImage, libraries: &[&Library]) -> Option<Bind> {
+fn bind(image: &StoredImage, libraries: &[&Library]) -> Option<Bind> {
     if libraries.is_empty() {
         return None;
     }

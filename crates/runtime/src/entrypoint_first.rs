@@ -59,8 +59,21 @@ pub fn run(
     argv0_fallback: bool,
     filters: (&Seccomp, bool),
 ) -> Vec<(String, String)> {
+    let changes = changes_of(first, env, workdir, argv0_fallback, filters);
+    command_env(first, env, &changes)
+}
+
+/// Runs the entrypoint and returns its changes to the environment it was
+/// given; on failure says why and exits (see [`run`]).
+fn changes_of(
+    first: &EntrypointFirst,
+    env: &[(String, String)],
+    workdir: &str,
+    argv0_fallback: bool,
+    filters: (&Seccomp, bool),
+) -> Changes {
     match try_run(first, env, workdir, argv0_fallback, filters) {
-        Ok(left) => command_env(first, env, &Changes::between(seen(first, env), &left)),
+        Ok(left) => Changes::between(seen(first, env), &left),
         Err((code, msg)) => {
             eprintln!("berth: error: {msg}");
             sys::exit_now(code)
@@ -101,28 +114,22 @@ pub fn run_once(
         .and_then(|_| serde_json::from_str::<Changes>(&text).ok());
     let changes = match recorded {
         Some(changes) => changes,
-        None => match try_run(first, env, workdir, argv0_fallback, filters) {
-            Ok(left) => {
-                let changes = Changes::between(seen(first, env), &left);
-                let written = serde_json::to_vec(&changes)
-                    .map_err(std::io::Error::other)
-                    .and_then(|b| {
-                        file.set_len(0)?;
-                        file.rewind()?;
-                        file.write_all(&b)
-                    });
-                if let Err(e) = written {
-                    tracing::warn!(
-                        "cannot record the entrypoint's changes for the container's other tasks: {e}"
-                    );
-                }
-                changes
+        None => {
+            let changes = changes_of(first, env, workdir, argv0_fallback, filters);
+            let written = serde_json::to_vec(&changes)
+                .map_err(std::io::Error::other)
+                .and_then(|b| {
+                    file.set_len(0)?;
+                    file.rewind()?;
+                    file.write_all(&b)
+                });
+            if let Err(e) = written {
+                tracing::warn!(
+                    "cannot record the entrypoint's changes for the container's other tasks: {e}"
+                );
             }
-            Err((code, msg)) => {
-                eprintln!("berth: error: {msg}");
-                sys::exit_now(code)
-            }
-        },
+            changes
+        }
     };
     let _ = rustix::fs::flock(record, rustix::fs::FlockOperation::Unlock);
     command_env(first, env, &changes)

@@ -338,37 +338,27 @@ fn base<'a>(k: &dyn Kernel, layers: Layers<'a>) -> Result<(PathBuf, Option<(&'a 
             }
             let opts = persistent::overlay_options(image, stage, persistent, user_xattr, hints);
             let log = stage.join("fuse-overlayfs.log");
-            // A directory stays with the overlay that wrote it.
-            let written = persistent
-                .filter(|_| user_xattr)
-                .and_then(|p| persistent::Writer::of(p).map(|w| (p, w)));
+            // A directory stays with the overlay that wrote it (rootless
+            // runs: real root's kernel overlay keeps its own marks).
+            let dir = persistent.filter(|_| user_xattr);
+            let written = dir.and_then(|p| persistent::Writer::of(p).map(|w| (p, w)));
             let record = |w: persistent::Writer| {
-                if let Some(p) = persistent.filter(|_| user_xattr) {
+                if let Some(p) = dir {
                     w.record(p);
                 }
             };
             // In a user namespace only: real root keeps the kernel's
             // overlay (fuse-overlayfs would run with every capability).
             let fuse_wanted = overlay == RootOverlay::Fuse && user_xattr;
-            match written {
-                Some((p, persistent::Writer::Kernel)) if fuse_wanted => {
-                    let why = " ([runtime] overlay = \"fuse\")";
-                    return Err(persistent::Writer::Kernel.refuse(
-                        p,
-                        persistent::Writer::Fuse,
-                        why,
-                    ));
-                }
-                Some((_, persistent::Writer::Fuse)) => {
-                    fuse_overlay::mount(k, &opts, &root, OVERLAY_FLAGS, &log)?;
-                    return Ok((root, Some((image, stage))));
-                }
-                _ if fuse_wanted => {
-                    fuse_overlay::mount(k, &opts, &root, OVERLAY_FLAGS, &log)?;
-                    record(persistent::Writer::Fuse);
-                    return Ok((root, Some((image, stage))));
-                }
-                _ => {}
+            let written_by_fuse = matches!(written, Some((_, persistent::Writer::Fuse)));
+            if let Some((p, w)) = written.filter(|_| fuse_wanted && !written_by_fuse) {
+                let why = " ([runtime] overlay = \"fuse\")";
+                return Err(w.refuse(p, persistent::Writer::Fuse, why));
+            }
+            if fuse_wanted || written_by_fuse {
+                fuse_overlay::mount(k, &opts, &root, OVERLAY_FLAGS, &log)?;
+                record(persistent::Writer::Fuse);
+                return Ok((root, Some((image, stage))));
             }
             let mounted = if user_xattr && std::env::var_os(REFUSE_OVERLAY_FAULT).is_some() {
                 Err(Errno::PERM)

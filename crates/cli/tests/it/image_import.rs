@@ -105,6 +105,17 @@ fn import_errors_are_clear() {
     sb.assert_store_tmp_empty();
 }
 
+/// `image` runs as the registry's Debian test image does: its tree and
+/// its configuration (GREETING).
+fn runs_the_debian_image(sb: &Sandbox, image: &str) {
+    let show = "cat /etc/debian_version; echo $GREETING";
+    let out = sb.run(&["run", image, "sh", "-c", show]).ok().stdout();
+    assert!(
+        out.starts_with("12.") && out.ends_with("hello from the image\n"),
+        "{out}"
+    );
+}
+
 #[test]
 #[cfg_attr(
     not(berth_it_env),
@@ -130,20 +141,7 @@ fn containers_storage_imports_the_users_podman_images() {
     }
     let src = format!("containers-storage:{r}");
     sb.run(&["import", "-q", &src, "from-podman:1"]).ok();
-    let out = sb
-        .run(&[
-            "run",
-            "from-podman:1",
-            "sh",
-            "-c",
-            "cat /etc/debian_version; echo $GREETING",
-        ])
-        .ok()
-        .stdout();
-    assert!(
-        out.starts_with("12.") && out.ends_with("hello from the image\n"),
-        "{out}"
-    );
+    runs_the_debian_image(&sb, "from-podman:1");
     sb.run(&["import", "containers-storage:localhost/no-such:1", "x:1"])
         .fails(16, "podman could not export localhost/no-such:1");
 }
@@ -179,20 +177,7 @@ fn docker_daemon_imports_the_daemons_images() {
         "from-docker:1",
     ])
     .ok();
-    let out = sb
-        .run(&[
-            "run",
-            "from-docker:1",
-            "sh",
-            "-c",
-            "cat /etc/debian_version; echo $GREETING",
-        ])
-        .ok()
-        .stdout();
-    assert!(
-        out.starts_with("12.") && out.ends_with("hello from the image\n"),
-        "{out}"
-    );
+    runs_the_debian_image(&sb, "from-docker:1");
     // The same tree as the registry's image, entry for entry.
     let list = "find / -xdev -printf '%p %y %m %U:%G %s %l\\n' | sort | md5sum";
     let pulled = sb.pulled("debian-python:latest");

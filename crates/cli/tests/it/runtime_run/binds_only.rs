@@ -7,19 +7,9 @@
 //! be the image's, entry for entry; writes must fail; a writable run must
 //! be refused saying why and what to do.
 
+use super::overlay_setting;
 use crate::harness::*;
 use crate::need_env;
-
-/// The site config that forces binds-only roots (with the fallback pass's
-/// unpacked images where that pass runs).
-fn binds_only(sb: &Sandbox) {
-    let unpack = if fallbacks() {
-        "image_mount = \"unpack\"\n"
-    } else {
-        ""
-    };
-    sb.site_config(&format!("[runtime]\noverlay = \"none\"\n{unpack}"));
-}
 
 /// What a listing of the image's directories shows, owners aside (a
 /// copied symlink is the run's own) and the size of directories (a
@@ -51,7 +41,7 @@ fn a_root_without_overlay_shows_the_image_and_makes_mount_points() {
 
     // The keeper's prepared root follows the setting it started with.
     sb.wait_keepers_gone();
-    binds_only(&sb);
+    overlay_setting(&sb, "none");
     let script = format!(
         "findmnt -n -o FSTYPE /; {LISTING}; cat /etc/debian_version; readlink /bin; \
          cat /usr/share/berth-data/sub/f /scratch/job/sub/f; pwd; \

@@ -6,19 +6,9 @@
 //! (`BERTH_FAULT_REFUSE_OVERLAY`, a fault named as such); fuse-overlayfs
 //! is Debian's.
 
+use super::overlay_setting;
 use crate::harness::*;
 use crate::need_env;
-
-/// The site config with `overlay` (and the fallback pass's unpacked
-/// images where that pass runs), whatever pass this is.
-fn overlay_setting(sb: &Sandbox, overlay: &str) {
-    let unpack = if fallbacks() {
-        "image_mount = \"unpack\"\n"
-    } else {
-        ""
-    };
-    sb.site_config(&format!("[runtime]\noverlay = \"{overlay}\"\n{unpack}"));
-}
 
 /// The root's file system type, then the script's output.
 fn fstype_then(script: &str) -> String {

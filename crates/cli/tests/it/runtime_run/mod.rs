@@ -19,6 +19,19 @@
 //! - [`entrypoint_first`]: `--entrypoint-first`: Pyxis's entrypoint, run
 //!   on its own before the command.
 
+use crate::harness::{fallbacks, Sandbox};
+
+/// The site config with `[runtime] overlay = OVERLAY` (and the fallback
+/// pass's unpacked images where that pass runs), whatever pass this is.
+fn overlay_setting(sb: &Sandbox, overlay: &str) {
+    let unpack = if fallbacks() {
+        "image_mount = \"unpack\"\n"
+    } else {
+        ""
+    };
+    sb.site_config(&format!("[runtime]\noverlay = \"{overlay}\"\n{unpack}"));
+}
+
 mod binds_only;
 mod command;
 pub(crate) mod data_mounts;

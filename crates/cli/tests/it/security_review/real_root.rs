@@ -285,6 +285,10 @@ fn root_takes_no_config_state_or_programs_from_a_users_environment() {
         .env("XDG_CONFIG_HOME", u.join("xdg"))
         .env("XDG_RUNTIME_DIR", u.join("run"))
         .env("TMPDIR", u.join("tmp"))
+        // The user's program as fuse-overlayfs, with the kernel's overlay
+        // refused: root keeps the kernel's and runs no such program.
+        .env("BERTH_FUSE_OVERLAYFS", &evil)
+        .env("BERTH_FAULT_REFUSE_OVERLAY", "1")
         .env("BERTH_STORE", root.dir.path().join("store"))
         .current_dir(root.dir.path())
         .output()
@@ -292,8 +296,9 @@ fn root_takes_no_config_state_or_programs_from_a_users_environment() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         !marker.exists(),
-        "the user's hook or mount ran as root: {err}"
+        "the user's hook, mount or fuse-overlayfs ran as root: {err}"
     );
+    assert!(err.contains("ignoring BERTH_FUSE_OVERLAYFS"), "{err}");
     assert!(out.status.success(), "{err}");
     assert!(err.contains("ignoring BERTH_SYSTEM_CONFIG"), "{err}");
     assert!(err.contains("ignoring XDG_CONFIG_HOME"), "{err}");

@@ -63,6 +63,21 @@ if [[ -d $RUN_DIR ]]; then
     done
 fi
 
+# Mounts left under $BERTH_IT_DIR by a process that died without its
+# shutdown: dockerd bind-mounts its data root onto itself and unmounts it
+# only when it stops cleanly (a killed session leaves the mount, and the
+# next setup could not remove the directory). Deepest first.
+unmount_leftovers() {
+    local mp
+    awk -v d="$BERTH_IT_DIR" '$5 == d || index($5, d "/") == 1 { print $5 }' \
+        /proc/self/mountinfo | sort -r | while read -r mp; do
+        if umount -l "$mp"; then
+            echo "teardown: unmounted $mp, left by a process that is gone"
+        fi
+    done
+}
+unmount_leftovers
+
 if [[ ${1:-} == --purge ]]; then
     # Refuse to delete a directory setup.sh did not create.
     if [[ -e $BERTH_IT_DIR/.berth-it ]]; then

@@ -149,7 +149,9 @@ pub fn inspect(ctx: &Context, args: InspectArgs) -> Result<ExitCode> {
 pub fn remove(ctx: &Context, args: RmiArgs) -> Result<ExitCode> {
     let config = ctx.config()?;
     let store = ctx.store(&config)?;
-    let mut failed: Option<anyhow::Error> = None;
+    // Each failure said once, as it happens; the last one's code is the
+    // exit code.
+    let mut status = ExitCode::SUCCESS;
     for name in &args.images {
         match store.remove(name) {
             Ok(ids) => {
@@ -159,15 +161,13 @@ pub fn remove(ctx: &Context, args: RmiArgs) -> Result<ExitCode> {
                 }
             }
             Err(e) => {
-                eprintln!("berth: error: {e}");
-                failed = Some(e.into());
+                let (code, msg) = crate::exit::describe(&e.into());
+                eprintln!("berth: error: {msg}");
+                status = code.into();
             }
         }
     }
-    match failed {
-        Some(e) => Err(e),
-        None => Ok(ExitCode::SUCCESS),
-    }
+    Ok(status)
 }
 
 /// `berth prune`.

@@ -200,4 +200,29 @@ fn site_shared_store_is_searched_after_the_users() {
     sb.run(&["rmi", "site/tools"]).fails(15, "shared store");
     let table = sb.run(&["images"]).ok().stdout();
     assert!(table.contains("(shared)"), "{table}");
+
+    // The same image under a name of the user's: named in the user's store,
+    // kept in the site's (not copied), found by that name (before, the name
+    // led nowhere and `berth run NAME` pulled again and again), and its
+    // removal takes only the user's name.
+    sb.run(&[
+        "import",
+        &format!("oci:{}:latest", env.fixtures().join("oci/layers").display()),
+        "mine/tools",
+    ])
+    .ok();
+    let mine = sb.run(&["inspect", "mine/tools"]).ok().json();
+    assert_eq!(mine["shared_store"], true);
+    assert_eq!(mine["id"], j["id"]);
+    assert!(!sb
+        .store()
+        .join("images")
+        .read_dir()
+        .is_ok_and(|mut d| d.next().is_some()));
+    let table = sb.run(&["images"]).ok().stdout();
+    assert!(table.contains("mine/tools"), "{table}");
+    sb.run(&["rmi", "site/tools"]).fails(15, "shared store");
+    sb.run(&["rmi", "mine/tools"]).ok();
+    sb.run(&["inspect", "mine/tools"]).fails(10, "");
+    sb.run(&["inspect", "site/tools"]).ok();
 }

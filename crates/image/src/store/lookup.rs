@@ -86,47 +86,56 @@ impl Store {
             })
     }
 
+    /// Image `id` from the writable store, else the first shared store
+    /// that has it, with the names the writable store and its own store
+    /// give it. A name in the writable store may point to an image of a
+    /// shared store: a pull of an image the site already keeps names it
+    /// there without copying it.
+    fn load_id(&self, id: &str) -> Option<StoredImage> {
+        let names_of = |root: &Path| -> Vec<String> {
+            Self::read_names(root)
+                .map(|n| {
+                    n.into_iter()
+                        .filter(|(_, v)| v == id)
+                        .map(|(k, _)| k)
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let mine = names_of(&self.root);
+        std::iter::once((&self.root, false))
+            .chain(self.shared.iter().map(|s| (s, true)))
+            .find_map(|(root, shared)| {
+                let dir = root.join("images").join(id_dir_name(id));
+                if !dir.join("meta.json").is_file() {
+                    return None;
+                }
+                let mut names = mine.clone();
+                if shared {
+                    names.extend(names_of(root).into_iter().filter(|n| !mine.contains(n)));
+                }
+                Self::load(&dir, shared, names)
+            })
+    }
+
     /// Finds an image by name (as typed, or normalised), by id, or by a
     /// unique id prefix of at least 4 hex digits.
     pub fn find(&self, wanted: &str) -> Result<StoredImage> {
         // A full id: that image's directory, nothing else.
         if is_full_id(wanted) {
-            for (root, shared) in
-                std::iter::once((&self.root, false)).chain(self.shared.iter().map(|s| (s, true)))
-            {
-                let dir = root.join("images").join(id_dir_name(wanted));
-                if dir.join("meta.json").is_file() {
-                    let names = Self::read_names(root)
-                        .map(|n| {
-                            n.into_iter()
-                                .filter(|(_, v)| v == wanted)
-                                .map(|(k, _)| k)
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    if let Some(img) = Self::load(&dir, shared, names) {
-                        return Ok(img);
-                    }
-                }
+            if let Some(img) = self.load_id(wanted) {
+                return Ok(img);
             }
         }
         // Fast path (every `berth run`): a name in a names index, then that
         // one image's record, without reading every record of the store.
         let quick = short_name_candidates(wanted);
-        for (root, shared) in
-            std::iter::once((&self.root, false)).chain(self.shared.iter().map(|s| (s, true)))
-        {
+        for root in std::iter::once(&self.root).chain(&self.shared) {
             let Ok(names) = Self::read_names(root) else {
                 continue;
             };
             if let Some(id) = quick.iter().find_map(|c| names.get(c)) {
-                let dir = root.join("images").join(id_dir_name(id));
-                let image_names = names
-                    .iter()
-                    .filter(|(_, v)| *v == id)
-                    .map(|(k, _)| k.clone())
-                    .collect();
-                if let Some(img) = Self::load(&dir, shared, image_names) {
+                if let Some(img) = self.load_id(id) {
                     return Ok(img);
                 }
             }

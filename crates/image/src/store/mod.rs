@@ -259,14 +259,20 @@ impl Store {
     pub fn list(&self) -> Result<Vec<StoredImage>> {
         let mut out = Vec::new();
         let mut seen = std::collections::HashSet::new();
+        // The writable store's names also name images of shared stores.
+        let mine = Self::read_names(&self.root)?;
         for (root, shared) in
             std::iter::once((&self.root, false)).chain(self.shared.iter().map(|s| (s, true)))
         {
-            let names = match Self::read_names(root) {
-                Ok(n) => n,
-                Err(e) if !shared => return Err(e),
-                Err(_) => continue,
-            };
+            let mut names = mine.clone();
+            if shared {
+                let Ok(theirs) = Self::read_names(root) else {
+                    continue;
+                };
+                for (name, id) in theirs {
+                    names.entry(name).or_insert(id);
+                }
+            }
             let Ok(entries) = fs::read_dir(root.join("images")) else {
                 continue;
             };
@@ -297,7 +303,27 @@ impl Store {
     /// it (or at once for an id). Returns the ids removed.
     pub fn remove(&self, wanted: &str) -> Result<Vec<String>> {
         let img = self.find(wanted)?;
-        if img.shared {
+        let _lock = self.lock()?;
+        let mut names = Self::read_names(&self.root)?;
+        let matches = |n: &&String| {
+            **n == wanted
+                || ImageRef::parse(wanted).is_ok_and(|r| r.store_name() == **n)
+                || ImageRef::parse_local_name(wanted).is_ok_and(|r| r.store_name() == **n)
+        };
+        let named = img.names.iter().any(|n| matches(&n));
+        // Only the writable store's names go: a shared store's stay its own.
+        let by_name: Vec<String> = img
+            .names
+            .iter()
+            .filter(matches)
+            .filter(|n| names.contains_key(*n))
+            .cloned()
+            .collect();
+        let nothing_of_mine = match named {
+            true => by_name.is_empty(),
+            false => !names.values().any(|v| *v == img.record.id),
+        };
+        if img.shared && nothing_of_mine {
             return Err(Error::Store {
                 what: "cannot remove an image of a shared store",
                 path: img.dir.clone(),
@@ -306,30 +332,18 @@ impl Store {
                     .to_string(),
             });
         }
-        let _lock = self.lock()?;
-        let mut names = Self::read_names(&self.root)?;
-        let by_name: Vec<String> = img
-            .names
-            .iter()
-            .filter(|n| {
-                **n == wanted
-                    || ImageRef::parse(wanted).is_ok_and(|r| r.store_name() == **n)
-                    || ImageRef::parse_local_name(wanted).is_ok_and(|r| r.store_name() == **n)
-            })
-            .cloned()
-            .collect();
-        if by_name.is_empty() {
-            names.retain(|_, v| *v != img.record.id);
-        } else {
+        if named {
             for n in &by_name {
                 names.remove(n);
             }
+        } else {
+            names.retain(|_, v| *v != img.record.id);
         }
         let bytes = serde_json::to_vec_pretty(&names)
             .map_err(|e| Error::BadImage(format!("cannot encode names: {e}")))?;
         write_atomic(&self.root.join("names.json"), &bytes)?;
         let mut removed = Vec::new();
-        if !names.values().any(|v| *v == img.record.id) {
+        if !img.shared && !names.values().any(|v| *v == img.record.id) {
             self.delete_image_dir(&img.dir)?;
             removed.push(img.record.id.clone());
         }

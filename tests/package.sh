@@ -11,7 +11,9 @@
 #     berth doctor, a pull and a run, the manual page, the completions
 #  3. the test Slurm cluster restarted with the plugin from its installed
 #     path (/usr/lib/berth, berth=/usr/bin/berth): srun --container-image
-#  4. the package purged (its conffile with it), the cluster given back
+#  4. the .rpm built from the same files (packaging/rpm/build.sh) and
+#     compared with the .deb; its berth runs
+#  5. the package purged (its conffile with it), the cluster given back
 #     berth's plugin from BIN_DIR
 set -Eeuo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -71,5 +73,20 @@ grep -q '^required /usr/lib/berth/libberth_spank.so berth=/usr/bin/berth' "$BERT
 out=$(as_user timeout 120 srun -N1 -n2 --container-image="$IMAGE" sh -c 'echo in-container $SLURM_PROCID')
 [[ $(sort <<< "$out") == $'in-container 0\nin-container 1' ]] || { echo "srun said: $out" >&2; exit 1; }
 log "srun --container-image with the installed plugin: ok"
+
+# The .rpm: the same files as the .deb (packaging/stage.sh makes both),
+# the config a conffile, the dependencies named, and its berth runs.
+RPM=$(bash "$ROOT/packaging/rpm/build.sh" "$BIN" "$BERTH_IT_DIR/rpm")
+log "built $RPM ($(du -h "$RPM" | cut -f1))"
+diff <(rpm -qp --qf '[%{FILEMODES:perms} %{FILENAMES}\n]' "$RPM" | awk '$1 ~ /^-/ { print $2 }' | sort) \
+    <(dpkg-deb -c "$DEB" | awk '$1 ~ /^-/ { print substr($6, 2) }' | sort)
+[[ $(rpm -qp --configfiles "$RPM") == /etc/berth/berth.toml ]]
+for dep in squashfs-tools-ng fuse3 shadow-utils; do
+    rpm -qp --requires "$RPM" | grep -qx "$dep"
+done
+mkdir "$H/rpm"
+rpm2archive - < "$RPM" | tar -xz -C "$H/rpm"
+[[ $("$H/rpm/usr/bin/berth" --version) == "berth $(dpkg -s berth | sed -n 's/^Version: //p')" ]]
+log "rpm: same files as the .deb, conffile, dependencies, its berth runs: ok"
 rm -rf "$H"
 log "ok"

@@ -68,6 +68,16 @@ else
     status=1
 fi
 
+# The documentation: the book builds without a warning, and its examples
+# marked as tested run as the test user (tests/docs.sh).
+echo "== the documentation (tests/docs.sh)"
+if bash tests/docs.sh target/debug; then
+    echo "docs: ok"
+else
+    echo "docs: failed"
+    status=1
+fi
+
 # The fuzz targets, briefly (tests/fuzz.sh: 10 s each; the reliability
 # run gives them longer). BERTH_SKIP_FUZZ=1 skips it.
 if [[ ${BERTH_SKIP_FUZZ:-0} != 1 ]]; then

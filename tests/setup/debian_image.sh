@@ -5,6 +5,10 @@
 #
 # Config (what the runtime tests check against Docker semantics): Env PATH
 # and GREETING, WorkingDir /srv/app, Cmd python3 -c "print('default cmd')".
+#
+# The same tree is also pushed as berth-test/debian:12 and :latest with
+# Docker Hub's debian config (Env PATH, Cmd bash, no WorkingDir): the
+# documentation's examples (tests/docs.sh) run against it as "debian".
 set -Eeuo pipefail
 REG=${1:?usage: debian_image.sh REGISTRY}
 CACHE=${BERTH_IT_CACHE:-/var/tmp/berth-it-cache}
@@ -53,3 +57,12 @@ fi
 skopeo --insecure-policy copy --quiet --dest-tls-verify=false \
     "oci:$LAYOUT:latest" "docker://$REG/berth-test/debian-python:latest" || die "push failed"
 log "pushed $REG/berth-test/debian-python:latest"
+
+umoci config --image "$LAYOUT:latest" --tag debian --clear=config.env --clear=config.cmd \
+    --config.workingdir "" --config.cmd bash \
+    --config.env "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+for tag in 12 latest; do
+    skopeo --insecure-policy copy --quiet --dest-tls-verify=false \
+        "oci:$LAYOUT:debian" "docker://$REG/berth-test/debian:$tag" || die "push failed"
+done
+log "pushed $REG/berth-test/debian:12 and :latest (Docker Hub's debian config)"

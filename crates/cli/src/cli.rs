@@ -95,6 +95,9 @@ pub enum Command {
     Completion(CompletionArgs),
     /// Write the manual pages (berth.1 and one per command) into DIR.
     Man(ManArgs),
+    /// Write the documentation's reference pages (commands.md, config.md) into DIR.
+    #[command(hide = true)]
+    Reference(ManArgs),
 }
 
 /// `berth completion`.

@@ -63,17 +63,12 @@ mod tests {
         assert_eq!(describe(&e).1, "outer: inner");
     }
 
-    /// README.md's table of exit codes lists exactly the codes of
+    /// docs/reference/exit-codes.md's table lists exactly the codes of
     /// [`Exit`], each once.
     #[test]
-    fn the_readme_table_is_the_enum() {
-        let readme = include_str!("../../../README.md");
-        let section = readme
-            .split("### Exit codes")
-            .nth(1)
-            .and_then(|s| s.split("\n## ").next())
-            .expect("README.md has an Exit codes section");
-        let documented: Vec<u8> = section
+    fn the_documented_table_is_the_enum() {
+        let page = include_str!("../../../docs/reference/exit-codes.md");
+        let documented: Vec<u8> = page
             .lines()
             .filter_map(|l| l.strip_prefix("| "))
             .filter_map(|l| l.split(' ').next()?.parse().ok())
@@ -81,7 +76,7 @@ mod tests {
         let codes: Vec<u8> = Exit::ALL.iter().map(|e| e.code()).collect();
         assert_eq!(
             documented, codes,
-            "README.md's exit code table and berth_config::exit::Exit differ"
+            "docs/reference/exit-codes.md's table and berth_config::exit::Exit differ"
         );
     }
 }

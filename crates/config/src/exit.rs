@@ -1,5 +1,5 @@
-//! berth's exit codes: one table for every command (README.md's "Exit
-//! codes" section is checked against it by a test of the binary).
+//! berth's exit codes: one table for every command (docs/reference/exit-codes.md
+//! is checked against it by a test of the binary).
 //!
 //! `berth run`, `berth shell` and `berth exec` exit with the command's
 //! code; their own failures are [`Exit::Berth`] (podman's 125), a command

@@ -6,7 +6,9 @@
 use serde::{Deserialize, Serialize};
 
 /// How rootless runs get an image's tree.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
 pub enum ImageMount {
     /// FUSE, else unpacked (with a warning).
     #[default]
@@ -44,7 +46,9 @@ impl ImageMount {
 }
 
 /// What serves an image's squashfs file to rootless containers.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
 pub enum SquashfsServer {
     /// berth's own reader and FUSE server (`berth __squashfs`).
     #[default]
@@ -78,7 +82,9 @@ impl SquashfsServer {
 
 /// What stacks a container's layer on the read-only image (`[runtime]
 /// overlay`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
 pub enum RootOverlay {
     /// Kernel overlayfs; where the kernel refuses it in a user namespace
     /// (before 5.11), read-only runs get binds-only roots and writable

@@ -9,7 +9,7 @@
 use serde::{Deserialize, Deserializer};
 
 /// Settings of the layer cache (`[layer_cache]`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct LayerCacheSettings {
     /// Whether pulled layers are kept (`enabled = false`, like
@@ -18,6 +18,7 @@ pub struct LayerCacheSettings {
     /// The cache's size cap in bytes (`"200G"`, `"500M"`, or a number of
     /// bytes); none by default.
     #[serde(deserialize_with = "size")]
+    #[schemars(with = "Option<String>")]
     pub max_size: Option<u64>,
 }
 

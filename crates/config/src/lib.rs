@@ -60,7 +60,7 @@ pub enum ConfigError {
 }
 
 /// Squashfs writer settings for images in the store.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SquashfsSettings {
     /// Block compressor: `zstd`, `lz4`, `gzip`, `xz`, `lzo`.
@@ -93,7 +93,7 @@ impl Default for SquashfsSettings {
 }
 
 /// Run-time settings.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RuntimeSettings {
     /// Site binds for every container: `SRC[:DST][:ro|rw]`; sources missing
@@ -139,7 +139,7 @@ impl Default for RuntimeSettings {
 }
 
 /// How berth talks to registries (`[network]`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct NetworkSettings {
     /// Attempts per request for transient failures (5xx, resets, timeouts).
@@ -168,7 +168,7 @@ impl Default for NetworkSettings {
 }
 
 /// One parsed config file, as written. Every key is optional.
-#[derive(Debug, Default, Clone, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
     /// The user's (writable) image store.
@@ -198,9 +198,11 @@ pub struct ConfigFile {
     /// loader cache, device and program directories, module directory);
     /// read by berth-inject, which names its keys.
     #[serde(default)]
+    #[schemars(skip)]
     pub host: toml::Table,
     /// Site modules defined inline (`[modules.NAME]`), as written.
     #[serde(default, rename = "modules")]
+    #[schemars(skip)]
     modules_table: toml::Table,
     /// Inline modules with the file that defines them.
     #[serde(skip)]

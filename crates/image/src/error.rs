@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use berth_config::exit::{Exit, ExitStatus};
 
-/// Broad classes of failure, each with its own exit code (see the README).
+/// Broad classes of failure, each with its own exit code (docs/reference/exit-codes.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorClass {
     /// The command line or a reference is malformed.

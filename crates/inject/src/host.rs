@@ -15,7 +15,7 @@ pub const DEFAULT_HOOKS_DIRS: &[&str] = &[
 ];
 
 /// Host locations for discovery.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct HostPaths {
     /// CDI spec directories, lowest priority first (a later directory's

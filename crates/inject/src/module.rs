@@ -28,7 +28,9 @@ use crate::host::HostPaths;
 use crate::plan::{EnvOp, Library, Mount, MountKind, Plan};
 
 /// When a module applies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum When {
     /// Every run.
@@ -43,7 +45,7 @@ pub enum When {
 }
 
 /// Environment edits of a module.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct EnvDef {
     /// Variables to set.
@@ -55,7 +57,7 @@ pub struct EnvDef {
 }
 
 /// A module as a site writes it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModuleDef {
     /// One line for `berth modules`.

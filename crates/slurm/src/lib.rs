@@ -21,10 +21,10 @@
 //!   output and the step does not start.
 //! - slurmstepd (remote, in each task as the user, just before exec):
 //!   `task_init` starts `berth run` with the task's command line and
-//!   environment (PMI variables and descriptors included). Slurm 23.02
-//!   and later prepend berth to the task's command line; older versions
-//!   (no `spank_prepend_task_argv`) have the task exec berth directly, so
-//!   a TaskProlog and propagated resource limits do not apply there.
+//!   environment (PMI variables and descriptors included): the task
+//!   execs berth there (Slurm 22.05, which the plugin is built and tested
+//!   against, has no `spank_prepend_task_argv`), so a TaskProlog and
+//!   propagated resource limits do not apply inside the container.
 //! - job epilog (root, each node): named containers of the job go.
 
 pub mod carried;

@@ -12,6 +12,7 @@ mod modules;
 mod named;
 mod pull;
 mod push;
+mod reference;
 mod run;
 mod shared;
 
@@ -53,6 +54,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Push(a) => push::push(&ctx, a),
         Command::Completion(a) => docs::completion(a),
         Command::Man(a) => docs::man(a),
+        Command::Reference(a) => reference::write(a),
     }
 }
 

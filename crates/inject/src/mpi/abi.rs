@@ -11,7 +11,9 @@ use crate::elf::{self, GlibcVersion};
 use crate::ldcache;
 
 /// How strictly the image's and the host's MPI versions must agree.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum AbiMode {
     /// Equal soname majors.

@@ -16,7 +16,7 @@ use crate::ldcache;
 use crate::plan::{Library, Plan};
 
 /// A module's `[mpi]` table.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MpiDef {
     /// The host MPI's libraries (`.../libmpi.so.12`, `libmpicxx.so.12`,

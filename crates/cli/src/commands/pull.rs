@@ -211,7 +211,14 @@ impl Pull<'_> {
     ) -> Result<berth_image::store::StoredImage> {
         let options = registry_options(from, self.tls_verify && verify, creds, self.config)?;
         let registry = Registry::new(from, options)?;
-        let reporter = Reporter::new(self.quiet, &names[0]);
+        // Where it comes from, when that is not the name it gets (an
+        // alias, a registries.conf location, a mirror).
+        let source = format!("{}/{}{}", from.registry(), from.repository(), pin(from));
+        let what = match source == names[0] {
+            true => source,
+            false => format!("{} from {source}", names[0]),
+        };
+        let reporter = Reporter::new(self.quiet, &what);
         let opts = ConvertOptions {
             squashfs: &self.config.squashfs,
             jobs: super::jobs(),

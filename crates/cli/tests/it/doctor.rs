@@ -1,7 +1,7 @@
 //! `berth doctor` as the unprivileged user on this machine (everything
 //! there), as a user without a subordinate range (a warning: root is
-//! emulated), and with /dev/fuse closed (a failure naming the fix, exit
-//! 17), in text and JSON.
+//! emulated), with /dev/fuse closed (a failure naming the fix, exit 17),
+//! and with a shared store berth skips (a warning), in text and JSON.
 
 use std::os::unix::process::CommandExt;
 
@@ -92,4 +92,20 @@ fn doctor_finds_what_the_node_gives_and_says_what_is_missing() {
                 && l.contains("not used (overlay = \"none\")")),
         "{out}"
     );
+
+    // A shared store: doctor applies the rule runs apply (a group may
+    // not write it either) and says that berth skips it.
+    use std::os::unix::fs::PermissionsExt;
+    let shared = sb.dir.path().join("site-store");
+    std::fs::create_dir_all(shared.join("images")).unwrap();
+    for (mode, want) in [(0o775, "warn"), (0o755, "ok")] {
+        for d in [&shared, &shared.join("images")] {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        sb.site_config(&format!("shared_stores = [\"{}\"]\n", shared.display()));
+        let r = report(sb.run(&["doctor", "--format", "json"]).ok());
+        assert_eq!(status(&r, "shared store"), want, "mode {mode:o}: {r}");
+    }
+    let out = sb.run(&["doctor"]).ok().stdout();
+    assert!(out.contains("ok    shared store"), "{out}");
 }

@@ -124,8 +124,9 @@ fn store(path: &Path, plugin_in_use: bool) -> Check {
         return Check::warn(
             name,
             format!("{where_}: a node-local file system, and the Slurm plugin is installed"),
-            "every node pulls its own copy: put the store on the shared file system \
-             (store = \"/scratch/${USER}/berth\" in berth.toml)",
+            "the plugin pulls at submission into this store and the tasks run that image \
+             by its id, which nodes that do not see this file system cannot find: put the \
+             store on the shared file system (store = \"/scratch/${USER}/berth\" in berth.toml)",
         );
     }
     Check::ok(name, where_)
@@ -139,18 +140,21 @@ fn shared_store(path: &Path) -> Check {
             format!("{}: {e}", path.display()),
             "remove it from shared_stores, or ask who keeps it",
         ),
-        Ok(m) if m.permissions().mode() & 0o002 != 0 => Check::fail(
-            name,
-            format!(
-                "{}: writable by everyone: anyone could swap its images",
-                path.display()
+        // The rule runs apply: such a store is skipped, with a warning.
+        Ok(_) => match berth_image::store::distrust_shared(path) {
+            Some(why) => Check::warn(
+                name,
+                format!(
+                    "{}: it {why}: berth does not use it (whoever can write it could swap its images)",
+                    path.display()
+                ),
+                format!(
+                    "chmod go-w {0} {0}/images, as the store's owner (a shared store is written by its keepers only)",
+                    path.display()
+                ),
             ),
-            format!(
-                "chmod o-w {} (a shared store is written by its admins only)",
-                path.display()
-            ),
-        ),
-        Ok(_) => Check::ok(name, format!("{} ({})", path.display(), filesystem(path).0)),
+            None => Check::ok(name, format!("{} ({})", path.display(), filesystem(path).0)),
+        },
     }
 }
 

@@ -53,6 +53,7 @@ pub use crate::image_config::RunConfig;
 pub use locks::{LockGuard, WorkDir};
 pub use prune::Pruned;
 pub use records::{ImageRecord, LayerRecord, SquashfsRecord, StoredImage};
+pub use trust::distrust_shared;
 
 use blobs::Blobs;
 use locks::lock_file;

@@ -44,18 +44,23 @@ pub(super) fn distrust_path(p: &Path, shared: bool) -> Option<String> {
     }
 }
 
+/// Why berth does not use the shared store at `path` (its directory or
+/// `images/` is writable by a group or others, or root would use another
+/// user's), or `None` where it does. `berth doctor` says the same.
+pub fn distrust_shared(path: &Path) -> Option<String> {
+    distrust_path(path, true).or_else(|| distrust_path(&path.join("images"), true))
+}
+
 /// The shared stores a run may use; the others are named in a warning.
 pub(super) fn trusted_shared(shared: &[PathBuf]) -> Vec<PathBuf> {
     shared
         .iter()
-        .filter(|s| {
-            match distrust_path(s, true).or_else(|| distrust_path(&s.join("images"), true)) {
-                Some(why) => {
-                    tracing::warn!("not using the shared store {}: it {why}", s.display());
-                    false
-                }
-                None => true,
+        .filter(|s| match distrust_shared(s) {
+            Some(why) => {
+                tracing::warn!("not using the shared store {}: it {why}", s.display());
+                false
             }
+            None => true,
         })
         .cloned()
         .collect()

@@ -7,7 +7,7 @@
 #  1. the book (docs/book.toml) builds with mdBook into target/book, and a
 #     warning fails it; mdbook is installed with cargo when missing
 #  2. every example marked ```sh tested in docs/ and README.md runs as the
-#     unprivileged test user, with berth from BIN_DIR on PATH, a store of
+#     unprivileged test user, with a copy of BIN_DIR's berth on PATH, a store of
 #     its own, and the test Slurm cluster. The loopback registry stands in
 #     for Docker Hub: a registries.conf alias makes "debian" its
 #     berth-test/debian (tests/setup/debian_image.sh: Debian 12 with Docker
@@ -62,6 +62,9 @@ TUID=$(id -u "$BERTH_IT_USER")
 TGID=$(id -g "$BERTH_IT_USER")
 THOME=$(getent passwd "$BERTH_IT_USER" | cut -d: -f6)
 install -d -o "$TUID" -g "$TGID" "$WORK/store" "$WORK/config" "$WORK/pages"
+# berth where the test user can reach it (the checkout may be in a
+# directory of root's only, as CI's is).
+install -D -m 0755 "$BIN/berth" "$WORK/bin/berth"
 cat > "$WORK/registries.conf" <<CONF
 [aliases]
 "debian" = "$BERTH_IT_REG_ANON/berth-test/debian"
@@ -83,7 +86,7 @@ while IFS=$'\t' read -r id page line; do
     out=$WORK/$id.out
     if (cd "$dir" && setpriv --reuid="$TUID" --regid="$TGID" --init-groups \
         env -i HOME="$THOME" USER="$BERTH_IT_USER" LOGNAME="$BERTH_IT_USER" LANG=C.UTF-8 \
-        PATH="$BIN:/usr/local/bin:/usr/bin:/bin" SLURM_CONF="$BERTH_IT_SLURM_CONF" \
+        PATH="$WORK/bin:/usr/local/bin:/usr/bin:/bin" SLURM_CONF="$BERTH_IT_SLURM_CONF" \
         BERTH_STORE="$WORK/store" XDG_CONFIG_HOME="$WORK/config" \
         CONTAINERS_REGISTRIES_CONF="$WORK/registries.conf" BERTH_SYSTEM_CONFIG="$WORK/site.toml" \
         bash -Eeuo pipefail "$WORK/blocks/$id.sh") > "$out" 2>&1 < /dev/null; then

@@ -191,6 +191,34 @@ fn plain_http_needs_tls_verify_false_or_config() {
     not(berth_it_env),
     ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
 )]
+fn a_node_without_ca_certificates_pulls_over_plain_http_and_says_what_https_needs() {
+    // No trust store (SSL_CERT_FILE and SSL_CERT_DIR name empty ones, as a
+    // node without ca-certificates has): the plain-HTTP registry needs
+    // none, and a registry over HTTPS is a clear error (exit 16), never
+    // the HTTP client's panic (oci-client's try_from built a default
+    // client too: vendor/oci-client/BERTH-PATCH.md).
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let empty = sb.dir.path().join("no-certs");
+    fs::create_dir_all(&empty).unwrap();
+    fs::write(empty.join("bundle.pem"), "").unwrap();
+    let pull = |args: &[&str]| {
+        let mut c = sb.berth(args);
+        c.env("SSL_CERT_FILE", empty.join("bundle.pem"))
+            .env("SSL_CERT_DIR", &empty);
+        crate::harness::Out(c.output().unwrap())
+    };
+    let r = format!("{}/berth-test/layers", env.anon());
+    pull(&["pull", "-q", "--tls-verify=false", &r]).ok();
+    let out = pull(&["pull", "-q", &r]).fails(16, "install the system's CA certificates");
+    assert!(!out.stderr().contains("panicked"), "{}", out.stderr());
+}
+
+#[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
 fn errors_have_distinct_codes() {
     let env = need_env!();
     let sb = Sandbox::new(env);

@@ -17,8 +17,10 @@ pub mod layer_cache;
 pub mod names;
 pub mod registries;
 pub mod root;
+mod squashfs;
 
 pub use image_serving::{ImageMount, RootOverlay, SquashfsServer};
+pub use squashfs::SquashfsSettings;
 
 use serde::{Deserialize, Serialize};
 
@@ -57,39 +59,6 @@ pub enum ConfigError {
     /// No store location could be derived (no HOME, no XDG_DATA_HOME).
     #[error("no store location: set --store, BERTH_STORE, `store` in berth.toml, or HOME")]
     NoStore,
-}
-
-/// Squashfs writer settings for images in the store.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SquashfsSettings {
-    /// Block compressor: `zstd`, `lz4`, `gzip`, `xz`, `lzo`.
-    #[serde(default = "default_compressor")]
-    pub compressor: String,
-    /// Compression level where the compressor has one (zstd, gzip, xz).
-    #[serde(default)]
-    pub level: Option<u32>,
-    /// Data block size in bytes (4 KiB to 1 MiB, a power of two).
-    #[serde(default = "default_block_size")]
-    pub block_size: u32,
-}
-
-fn default_compressor() -> String {
-    "zstd".to_string()
-}
-
-fn default_block_size() -> u32 {
-    128 * 1024
-}
-
-impl Default for SquashfsSettings {
-    fn default() -> Self {
-        Self {
-            compressor: default_compressor(),
-            level: Some(3),
-            block_size: default_block_size(),
-        }
-    }
 }
 
 /// Run-time settings.

@@ -68,7 +68,7 @@ impl SquashWriter {
             .arg(jobs.max(1).to_string())
             .arg("--defaults")
             .arg("mode=0755");
-        if let Some(level) = settings.level {
+        if let Some(level) = settings.effective_level() {
             if matches!(settings.compressor.as_str(), "zstd" | "gzip" | "xz") {
                 cmd.arg("--comp-extra").arg(format!("level={level}"));
             }

@@ -15,8 +15,8 @@ pub struct LayerCacheSettings {
     /// Whether pulled layers are kept (`enabled = false`, like
     /// `berth pull --no-layer-cache`, keeps only the squashfs images).
     pub enabled: bool,
-    /// The cache's size cap in bytes (`"200G"`, `"500M"`, or a number of
-    /// bytes); none by default.
+    /// The cache's size cap: a string with a binary suffix (`"200G"`,
+    /// `"500M"`) or an integer number of bytes; none by default.
     #[serde(deserialize_with = "size")]
     #[schemars(with = "Option<String>")]
     pub max_size: Option<u64>,

@@ -14,6 +14,7 @@ pub mod exit;
 pub mod expand;
 mod image_serving;
 pub mod layer_cache;
+mod merge;
 pub mod names;
 pub mod registries;
 pub mod root;
@@ -140,7 +141,9 @@ impl Default for NetworkSettings {
 #[derive(Debug, Default, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
-    /// The user's (writable) image store.
+    /// The user's (writable) image store. `--store` and `BERTH_STORE` go
+    /// first; unset everywhere: `$XDG_DATA_HOME/berth`, else
+    /// `~/.local/share/berth`.
     pub store: Option<PathBuf>,
     /// Read-only stores searched after the user's, e.g. a site store on the
     /// parallel filesystem maintained by the admins.
@@ -176,6 +179,9 @@ pub struct ConfigFile {
     /// Inline modules with the file that defines them.
     #[serde(skip)]
     pub modules: Vec<(PathBuf, toml::Table)>,
+    /// The keys this file sets in each table, for [`ConfigFile::merge`].
+    #[serde(skip)]
+    given: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl ConfigFile {
@@ -199,6 +205,7 @@ impl ConfigFile {
             message: e.to_string().trim().replace('\n', " "),
         })?;
         f.expand(path, env)?;
+        f.given = merge::given_keys(text);
         if !f.modules_table.is_empty() {
             let table = std::mem::take(&mut f.modules_table);
             f.modules.push((path.to_path_buf(), table));
@@ -261,22 +268,24 @@ impl ConfigFile {
         self.insecure_registries.extend(over.insecure_registries);
         // A later file's list for a registry replaces the earlier one.
         self.registry_mirrors.extend(over.registry_mirrors);
-        if over.squashfs.is_some() {
-            self.squashfs = over.squashfs;
-        }
-        if over.network.is_some() {
-            self.network = over.network;
-        }
-        if over.layer_cache.is_some() {
-            self.layer_cache = over.layer_cache;
-        }
-        match (&mut self.runtime, over.runtime) {
-            (Some(mine), Some(theirs)) => {
-                mine.binds.extend(theirs.binds);
-                mine.keeper_idle_seconds = theirs.keeper_idle_seconds;
-            }
-            (None, Some(theirs)) => self.runtime = Some(theirs),
-            _ => {}
+        // Tables key by key: what the later file sets wins, lists add up.
+        let keys = |t: &str| over.given.get(t);
+        self.squashfs = merge::table(self.squashfs.take(), over.squashfs, keys("squashfs"), &[]);
+        self.network = merge::table(self.network.take(), over.network, keys("network"), &[]);
+        self.layer_cache = merge::table(
+            self.layer_cache.take(),
+            over.layer_cache,
+            keys("layer_cache"),
+            &[],
+        );
+        self.runtime = merge::table(
+            self.runtime.take(),
+            over.runtime,
+            keys("runtime"),
+            &["binds"],
+        );
+        for (table, set) in over.given {
+            self.given.entry(table).or_default().extend(set);
         }
         self.host.extend(over.host);
         self.modules.extend(over.modules);

@@ -29,7 +29,9 @@ pub struct HostPaths {
     pub bin_dirs: Vec<PathBuf>,
     /// The NVIDIA driver's proc directory (GPU UUIDs and minors).
     pub nvidia_proc: PathBuf,
-    /// Site module directory (`NAME.toml` per module).
+    /// Site module directory (`NAME.toml` per module); unset: `modules.d`
+    /// beside the site config (`/etc/berth/modules.d`, or beside the file
+    /// `BERTH_SYSTEM_CONFIG` names).
     pub modules_dir: PathBuf,
     /// OCI hooks.d directories, lowest priority first.
     pub hooks_dirs: Vec<PathBuf>,

@@ -10,7 +10,8 @@ use crate::cli::Cli;
 
 /// The page.
 pub fn page() -> String {
-    let mut cmd = Cli::command();
+    // clap's own `help` subcommand is not one of berth's commands.
+    let mut cmd = Cli::command().disable_help_subcommand(true);
     cmd.build();
     let mut out = String::from("# Commands\n\n");
     out += &generated_from("the command line's definition (`crates/cli/src/cli.rs`)");

@@ -13,12 +13,12 @@ use super::{generated_from, one_paragraph};
 pub fn page() -> String {
     let mut out = String::from("# Configuration keys\n\n");
     out += &generated_from(
-        "the configuration types (`crates/config/src/lib.rs`, \
-         `crates/inject/src/host.rs`, `crates/inject/src/module.rs`)",
+        "the configuration types (`crates/config/src/`, `crates/inject/src/host.rs`, \
+         `crates/inject/src/module.rs`, `crates/inject/src/mpi/`)",
     );
     out += "\nWhere the files are, how they combine and how `$VAR` expands: \
-            [Configuration files](../admin/config.md). Every key is optional; \
-            an unknown key is an error that names the file and the key.\n";
+            [Configuration files](../admin/config.md). Every key is optional unless \
+            marked required; an unknown key is an error that names the file and the key.\n";
     let top = schema_for!(berth_config::ConfigFile);
     table(&top, None, "berth.toml", &mut out);
     let host = schema_for!(berth_inject::HostPaths);
@@ -41,8 +41,9 @@ fn table(root: &Schema, schema: Option<&Value>, title: &str, out: &mut String) {
     };
     let _ = write!(out, "\n## `{title}`\n\n");
     // A type's own schema is titled with its Rust name: its doc comment
-    // is the description.
-    if let Some(about) = schema.get("description").and_then(Value::as_str) {
+    // is the description (the whole file's is the page's introduction).
+    let about = schema.get("description").and_then(Value::as_str);
+    if let Some(about) = about.filter(|_| title != "berth.toml") {
         let _ = writeln!(out, "{}\n", one_paragraph(about));
     }
     out.push_str("| key | type | default | meaning |\n|---|---|---|---|\n");
@@ -53,11 +54,18 @@ fn table(root: &Schema, schema: Option<&Value>, title: &str, out: &mut String) {
             subtables.push((key, resolved));
             continue;
         }
-        let default = prop
-            .get("default")
-            .or_else(|| schema.get("default").and_then(|d| d.get(key)))
-            .map(literal)
-            .unwrap_or_default();
+        let required = schema
+            .get("required")
+            .and_then(Value::as_array)
+            .is_some_and(|r| r.iter().any(|k| k == key));
+        let default = match required {
+            true => "required".to_string(),
+            false => prop
+                .get("default")
+                .or_else(|| schema.get("default").and_then(|d| d.get(key)))
+                .map(literal)
+                .unwrap_or_default(),
+        };
         let mut meaning = describe(prop).unwrap_or_default();
         if let Some(values) = variants(root, prop) {
             meaning.push_str(&values);

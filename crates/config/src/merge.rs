@@ -33,7 +33,9 @@ pub(crate) fn table<T: Serialize + DeserializeOwned>(
     keys: Option<&Vec<String>>,
     lists: &[&str],
 ) -> Option<T> {
-    let over = over?;
+    let Some(over) = over else {
+        return base;
+    };
     let Some(base) = base else {
         return Some(over);
     };
@@ -91,6 +93,11 @@ mod tests {
         assert_eq!((net.max_connections, net.attempts), (4, 3));
         let sq = merged.squashfs.unwrap();
         assert_eq!((sq.compressor.as_str(), sq.level), ("gzip", Some(9)));
+        // A user file without the table (or no user file) keeps the site's.
+        let kept = parse("[runtime]\nimage_mount = \"fuse\"\n[network]\nattempts = 2\n")
+            .merge(ConfigFile::default());
+        assert_eq!(kept.runtime.unwrap().image_mount, crate::ImageMount::Fuse);
+        assert_eq!(kept.network.unwrap().attempts, 2);
         // A key the user sets wins.
         let user = parse("[runtime]\nkeeper_idle_seconds = 5\n");
         let rt = parse("[runtime]\nkeeper_idle_seconds = 60\n")

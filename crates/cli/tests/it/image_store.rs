@@ -225,4 +225,19 @@ fn site_shared_store_is_searched_after_the_users() {
     sb.run(&["rmi", "mine/tools"]).ok();
     sb.run(&["inspect", "mine/tools"]).fails(10, "");
     sb.run(&["inspect", "site/tools"]).ok();
+
+    // A user's own copy of an image the shared store also names: the
+    // shared store's name is refused and takes nothing of the user's (a
+    // first version of the above removed the user's copy and names).
+    let own = Sandbox::new(env);
+    own.run(&[
+        "import",
+        &format!("oci:{}:latest", env.fixtures().join("oci/layers").display()),
+        "own/tools",
+    ])
+    .ok();
+    own.site_config(&format!("shared_stores = [\"{}\"]\n", site_store.display()));
+    own.run(&["rmi", "site/tools"]).fails(15, "shared store");
+    let kept = own.run(&["inspect", "own/tools"]).ok().json();
+    assert_eq!(kept["shared_store"], false);
 }

@@ -148,10 +148,17 @@ fn shared_store(path: &Path) -> Check {
                     "{}: it {why}: berth does not use it (whoever can write it could swap its images)",
                     path.display()
                 ),
-                format!(
-                    "chmod go-w {0} {0}/images, as the store's owner (a shared store is written by its keepers only)",
-                    path.display()
-                ),
+                match why.starts_with("belongs") {
+                    // Root's rule: root uses only root's stores.
+                    true => format!(
+                        "as root, berth uses only stores root owns: make {} root's, or leave it out of root's shared_stores",
+                        path.display()
+                    ),
+                    false => format!(
+                        "chmod go-w {0} {0}/images, as the store's owner (a shared store is written by its keepers only)",
+                        path.display()
+                    ),
+                },
             ),
             None => Check::ok(name, format!("{} ({})", path.display(), filesystem(path).0)),
         },

@@ -92,17 +92,16 @@ impl Store {
     /// shared store: a pull of an image the site already keeps names it
     /// there without copying it.
     fn load_id(&self, id: &str) -> Option<StoredImage> {
-        let names_of = |root: &Path| -> Vec<String> {
-            Self::read_names(root)
-                .map(|n| {
-                    n.into_iter()
-                        .filter(|(_, v)| v == id)
-                        .map(|(k, _)| k)
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        let mine = names_of(&self.root);
+        // An id from a names index becomes a path component: ids only.
+        if !is_full_id(id) {
+            return None;
+        }
+        let mine_all = Self::read_names(&self.root).unwrap_or_default();
+        let mine: Vec<String> = mine_all
+            .iter()
+            .filter(|(_, v)| *v == id)
+            .map(|(k, _)| k.clone())
+            .collect();
         std::iter::once((&self.root, false))
             .chain(self.shared.iter().map(|s| (s, true)))
             .find_map(|(root, shared)| {
@@ -112,9 +111,17 @@ impl Store {
                 }
                 let mut names = mine.clone();
                 if shared {
-                    names.extend(names_of(root).into_iter().filter(|n| !mine.contains(n)));
+                    // A shared store's names, except those the user's own
+                    // names take (as `list` shows them).
+                    let theirs = Self::read_names(root).unwrap_or_default();
+                    names.extend(
+                        theirs
+                            .into_iter()
+                            .filter(|(k, v)| v == id && !mine_all.contains_key(k))
+                            .map(|(k, _)| k),
+                    );
                 }
-                Self::load(&dir, shared, names)
+                Self::load(&dir, shared, names).filter(|img| img.record.id == id)
             })
     }
 

@@ -306,39 +306,39 @@ impl Store {
         let img = self.find(wanted)?;
         let _lock = self.lock()?;
         let mut names = Self::read_names(&self.root)?;
-        let matches = |n: &&String| {
-            **n == wanted
-                || ImageRef::parse(wanted).is_ok_and(|r| r.store_name() == **n)
-                || ImageRef::parse_local_name(wanted).is_ok_and(|r| r.store_name() == **n)
+        let id = img.record.id.clone();
+        let matches = |n: &String| {
+            *n == wanted
+                || ImageRef::parse(wanted).is_ok_and(|r| r.store_name() == *n)
+                || ImageRef::parse_local_name(wanted).is_ok_and(|r| r.store_name() == *n)
         };
-        let named = img.names.iter().any(|n| matches(&n));
-        // Only the writable store's names go: a shared store's stay its own.
-        let by_name: Vec<String> = img
-            .names
+        // Only the writable store's names go: a shared store's stay its own,
+        // whichever store holds the image they name.
+        let by_name: Vec<String> = names
             .iter()
-            .filter(matches)
-            .filter(|n| names.contains_key(*n))
-            .cloned()
+            .filter(|(n, v)| **v == id && matches(n))
+            .map(|(n, _)| n.clone())
             .collect();
-        let nothing_of_mine = match named {
-            true => by_name.is_empty(),
-            false => !names.values().any(|v| *v == img.record.id),
-        };
-        if img.shared && nothing_of_mine {
+        let hex = wanted.strip_prefix("sha256:").unwrap_or(wanted);
+        let by_id = hex.len() >= 4
+            && hex.bytes().all(|b| b.is_ascii_hexdigit())
+            && id.trim_start_matches("sha256:").starts_with(hex);
+        let mine = names.values().any(|v| *v == id);
+        if by_name.is_empty() && !(by_id && (mine || !img.shared)) {
             return Err(Error::Store {
-                what: "cannot remove an image of a shared store",
+                what: "cannot remove an image or name of a shared store",
                 path: img.dir.clone(),
                 source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
                 hint: "; shared stores are read-only for berth: their owner manages them"
                     .to_string(),
             });
         }
-        if named {
+        if by_name.is_empty() {
+            names.retain(|_, v| *v != id);
+        } else {
             for n in &by_name {
                 names.remove(n);
             }
-        } else {
-            names.retain(|_, v| *v != img.record.id);
         }
         let bytes = serde_json::to_vec_pretty(&names)
             .map_err(|e| Error::BadImage(format!("cannot encode names: {e}")))?;

@@ -108,6 +108,34 @@ pub fn required() -> bool {
 
 static ENV: OnceLock<Option<Env>> = OnceLock::new();
 
+/// Removes the binary copies (`bin-PID`, 200 MiB each in a debug build)
+/// of earlier test processes that are gone and left them over 10 minutes
+/// ago (a keeper of theirs may linger a little): without this, every run
+/// of the suite left one per test binary, until the disk was full.
+fn remove_stale_bin_dirs(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("bin-")
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > std::time::Duration::from_secs(600));
+        if old && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 /// The environment, or `None` when setup.sh has not run.
 fn load_env() -> Option<&'static Env> {
     ENV.get_or_init(|| {
@@ -123,6 +151,7 @@ fn load_env() -> Option<&'static Env> {
         // Copy the binary where the test user can run it (the build tree
         // may sit under a private home).
         let bin_dir = dir.join(format!("bin-{}", std::process::id()));
+        remove_stale_bin_dirs(&dir);
         fs::create_dir_all(&bin_dir).unwrap();
         fs::set_permissions(&bin_dir, fs::Permissions::from_mode(0o755)).unwrap();
         let berth = bin_dir.join("berth");

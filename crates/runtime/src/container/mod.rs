@@ -520,10 +520,10 @@ pub fn build(
     // startContainer hooks run in the container, their paths the image's.
     let hooks = spec.hooks();
     if hooks.any_at("startContainer") {
-        set_all(
-            &mut env,
-            hooks.start_container(host_pid).map_err(Error::Setup)?,
-        );
+        let set = hooks
+            .start_container(host_pid, &env)
+            .map_err(Error::Setup)?;
+        set_all(&mut env, set);
     }
     Ok(Built { env, signals })
 }

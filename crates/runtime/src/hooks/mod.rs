@@ -59,8 +59,16 @@ pub fn state_json(
 }
 
 /// Runs `hook` with `state` on stdin; returns the variables it sets, or
-/// why it failed (its stderr included).
-pub fn run(hook: &Hook, state: &str) -> Result<Vec<(String, String)>, String> {
+/// why it failed (its stderr included). Its environment is `base` (the
+/// container's, for a hook run inside the container; empty for one run by
+/// berth, which then gets a standard PATH) under the hook's own `env`. What
+/// a successful hook writes on stderr is passed on to berth's. It starts
+/// with no signal blocked.
+pub fn run(
+    hook: &Hook,
+    state: &str,
+    base: &[(String, String)],
+) -> Result<Vec<(String, String)>, String> {
     let what = format!("{} hook {}", hook.stage, hook.path.display());
     if berth_config::root::is_real_root() {
         // Root runs only programs nobody else can replace.
@@ -72,15 +80,19 @@ pub fn run(hook: &Hook, state: &str) -> Result<Vec<(String, String)>, String> {
     if let Some((arg0, rest)) = hook.args.split_first() {
         cmd.arg0(arg0).args(rest);
     }
-    cmd.env_clear()
-        .env(
+    cmd.env_clear();
+    if !base.iter().any(|(k, _)| k == "PATH") {
+        cmd.env(
             "PATH",
             "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        )
+        );
+    }
+    cmd.envs(base.iter().map(|(k, v)| (k, v)))
         .envs(hook.env.iter().filter_map(|kv| kv.split_once('=')))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    crate::sys::process::unblock_signals_in_child(&mut cmd);
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("{what}: cannot start: {e}"))?;
@@ -125,6 +137,10 @@ pub fn run(hook: &Hook, state: &str) -> Result<Vec<(String, String)>, String> {
             stderr.trim()
         ));
     }
+    if !out.stderr.is_empty() {
+        let mut err = std::io::stderr().lock();
+        let _ = err.write_all(&out.stderr);
+    }
     Ok(String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| l.strip_prefix("BERTH_SETENV "))
@@ -157,15 +173,36 @@ mod tests {
                 None,
             ),
             &state,
+            &[],
         )
         .unwrap();
         assert_eq!(env, vec![("FROM_HOOK".to_string(), "1".to_string())]);
-        let err = run(&sh("echo broken >&2; exit 3", None), &state).unwrap_err();
+        // A hook in the container gets its environment, under the hook's.
+        let base = [("X".to_string(), "0".into()), ("Y".to_string(), "2".into())];
+        let env = run(&sh("echo \"BERTH_SETENV SEEN=$X$Y\"", None), &state, &base).unwrap();
+        assert_eq!(env, vec![("SEEN".to_string(), "12".to_string())]);
+        // berth's blocked signals (this thread's, here) do not reach it.
+        let usr2 = crate::sys::SigSet::of(&[libc::SIGUSR2]);
+        crate::sys::process::mask(&usr2, true).unwrap();
+        let env = run(
+            &sh(
+                "echo \"BERTH_SETENV BLK=$(grep SigBlk /proc/$$/status | cut -f2)\"",
+                None,
+            ),
+            &state,
+            &[],
+        );
+        crate::sys::process::mask(&usr2, false).unwrap();
+        assert_eq!(
+            env.unwrap(),
+            vec![("BLK".to_string(), "0000000000000000".to_string())]
+        );
+        let err = run(&sh("echo broken >&2; exit 3", None), &state, &[]).unwrap_err();
         assert!(
             err.contains("exit status: 3") && err.contains("broken"),
             "{err}"
         );
-        let err = run(&sh("sleep 5", Some(1)), &state).unwrap_err();
+        let err = run(&sh("sleep 5", Some(1)), &state, &[]).unwrap_err();
         assert!(err.contains("timed out"), "{err}");
     }
 }

@@ -30,21 +30,21 @@ impl ContainerHooks<'_> {
         self.hooks.iter().any(|h| h.stage == stage)
     }
 
-    /// Runs the hooks of `stage` in order with the OCI state on stdin; the
-    /// variables they set, or the first failure. `fatal: false`
-    /// (poststart, poststop) turns failures into warnings.
+    /// Runs the hooks of `stage` in order with the OCI state on stdin and
+    /// `base` under their environment; the variables they set, or the first
+    /// failure. `fatal: false` (poststart, poststop) turns failures into
+    /// warnings.
     pub fn run_stage(
         &self,
         stage: &str,
-        status: &str,
-        pid: i32,
-        bundle: &Path,
+        (status, pid, bundle): (&str, i32, &Path),
         fatal: bool,
+        base: &[(String, String)],
     ) -> Result<Vec<(String, String)>, String> {
         let state = state_json(self.id, status, pid, bundle, self.annotations);
         let mut env = Vec::new();
         for h in self.hooks.iter().filter(|h| h.stage == stage) {
-            match run(h, &state) {
+            match run(h, &state, base) {
                 Ok(e) => env.extend(e),
                 Err(msg) if fatal => return Err(msg),
                 Err(msg) => eprintln!("berth: warning: {msg}"),
@@ -77,14 +77,14 @@ impl ContainerHooks<'_> {
         )
         .map_err(|e| format!("cannot write the hooks' bundle {}: {e}", bundle.display()))?;
         let result = (|| {
-            let mut env = self.run_stage("createRuntime", "created", pid, &bundle, true)?;
-            env.extend(self.run_stage("createContainer", "created", pid, &bundle, true)?);
+            let mut env = self.run_stage("createRuntime", ("created", pid, &bundle), true, &[])?;
+            env.extend(self.run_stage("createContainer", ("created", pid, &bundle), true, &[])?);
             Ok(env)
         })();
         match result {
             Ok(env) => {
                 sync.go(&env);
-                let _ = self.run_stage("poststart", "running", pid, &bundle, false);
+                let _ = self.run_stage("poststart", ("running", pid, &bundle), false, &[]);
                 Ok(Some((bundle, pid)))
             }
             Err(msg) => {
@@ -96,14 +96,27 @@ impl ContainerHooks<'_> {
 
     /// After the container ended: poststop hooks, then the bundle goes.
     pub fn after_stop(&self, bundle: &Path, pid: i32) {
-        let _ = self.run_stage("poststop", "stopped", pid, bundle, false);
+        let _ = self.run_stage("poststop", ("stopped", pid, bundle), false, &[]);
         let _ = std::fs::remove_dir_all(bundle);
     }
 
     /// Inside the container, just before the command: startContainer
-    /// hooks (their paths are the image's); the variables they set.
-    pub fn start_container(&self, pid: i32) -> Result<Vec<(String, String)>, String> {
-        self.run_stage("startContainer", "created", pid, Path::new("/"), true)
+    /// hooks (their paths are the image's), with the command's environment
+    /// `env` under their own (they run as the command's user, so it shows
+    /// them nothing new; a hook that starts a service for the container,
+    /// such as the ssh module's server, passes it on); the variables they
+    /// set.
+    pub fn start_container(
+        &self,
+        pid: i32,
+        env: &[(String, String)],
+    ) -> Result<Vec<(String, String)>, String> {
+        self.run_stage(
+            "startContainer",
+            ("created", pid, Path::new("/")),
+            true,
+            env,
+        )
     }
 }
 

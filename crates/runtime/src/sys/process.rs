@@ -61,6 +61,26 @@ pub fn mask(set: &SigSet, block: bool) -> io::Result<()> {
     Ok(())
 }
 
+/// Makes the process `cmd` starts begin with no signal blocked: berth
+/// blocks the signals it forwards, and a hook (or a server a hook starts,
+/// which must reap its children on SIGCHLD) must not inherit that mask.
+pub fn unblock_signals_in_child(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec and
+    // calls only sigemptyset and pthread_sigmask, both async-signal-safe,
+    // on a sigset_t of its own stack.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            match libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) {
+                0 => Ok(()),
+                rc => Err(io::Error::from_raw_os_error(rc)),
+            }
+        });
+    }
+}
+
 /// A received signal: number and whether a process sent it explicitly
 /// (`kill`, `sigqueue`) rather than the kernel or the terminal.
 #[derive(Debug, Clone, Copy)]

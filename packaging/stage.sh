@@ -12,6 +12,8 @@
 #   bash, zsh and fish completions       from `berth completion`
 #   /etc/berth/berth.toml                the commented site config (a conffile)
 #   /etc/berth/modules.d/                empty: the site's modules
+#   /usr/share/berth/ssh/                the ssh module's scripts and hook
+#                                        (examples/modules/ssh/)
 #   /usr/share/doc/berth/                README, the documentation (docs/, as
 #                                        Markdown), examples/modules/*.toml
 set -Eeuo pipefail
@@ -26,7 +28,7 @@ DOC=$STAGE/usr/share/doc/berth
 install -d "$STAGE/usr/bin" "$STAGE/usr/lib/berth" \
     "$STAGE/usr/share/man/man1" "$STAGE/usr/share/bash-completion/completions" \
     "$STAGE/usr/share/zsh/vendor-completions" "$STAGE/usr/share/fish/vendor_completions.d" \
-    "$STAGE/etc/berth/modules.d" "$DOC/examples/modules"
+    "$STAGE/etc/berth/modules.d" "$DOC/examples/modules" "$STAGE/usr/share/berth/ssh"
 objcopy --strip-debug "$BIN/berth" "$STAGE/usr/bin/berth"
 objcopy --strip-debug "$BIN/libberth_spank.so" "$STAGE/usr/lib/berth/libberth_spank.so"
 chmod 0755 "$STAGE/usr/bin/berth" "$STAGE/usr/lib/berth/libberth_spank.so"
@@ -42,6 +44,8 @@ install -m 0644 "$ROOT/README.md" "$DOC/"
 (cd "$ROOT/docs" && find . \( -name '*.md' -o -name '*.svg' \) -print0 \
     | xargs -0 -I{} install -D -m 0644 {} "$DOC/docs/{}")
 install -m 0644 "$ROOT"/examples/modules/*.toml "$DOC/examples/modules/"
+install -m 0755 "$ROOT"/examples/modules/ssh/{start,ssh,session,dropbear} "$STAGE/usr/share/berth/ssh/"
+install -m 0644 "$ROOT/examples/modules/ssh/hook.json" "$STAGE/usr/share/berth/ssh/"
 cat > "$DOC/examples/plugstack.conf" <<CONF
 # Slurm's plugstack.conf line for berth's SPANK plugin (srun --container-image=...):
 required /usr/lib/berth/libberth_spank.so berth=/usr/bin/berth

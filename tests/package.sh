@@ -64,6 +64,16 @@ MANWIDTH=200 man -l /usr/share/man/man1/berth-pull.1.gz 2> /dev/null | grep -q -
 bash -c 'source /usr/share/bash-completion/completions/berth && complete -p berth' > /dev/null
 log "manual pages and completions: ok"
 
+# The shipped ssh module, from the package's paths, as an admin enables it.
+install -m 0644 /usr/share/doc/berth/examples/modules/ssh.toml /etc/berth/modules.d/ssh.toml
+# shellcheck disable=SC2016   # expanded in the container
+got=$(as_user berth run --module ssh -e BERTH_SSH_PORT=15299 "$IMAGE" \
+    sh -c 'ssh localhost "test -x /.berth/ssh/start && echo \$FOO"' 2> "$H/ssh.err") \
+    || { cat "$H/ssh.err"; rm -f /etc/berth/modules.d/ssh.toml; exit 1; }
+rm -f /etc/berth/modules.d/ssh.toml
+[[ $got == bar ]] || { echo "package.sh: ssh module: got '$got'" >&2; cat "$H/ssh.err"; exit 1; }
+log "the ssh module from the package: ok"
+
 # Slurm with the plugin where the package put it.
 bash "$ROOT/tests/setup/slurm_cluster.sh" down "$BERTH_IT_DIR/slurm" > /dev/null 2>&1 || true
 BERTH_SPANK_PLUGIN=/usr/lib/berth/libberth_spank.so BERTH_SPANK_BERTH=/usr/bin/berth BERTH_SPANK_IN_PLACE=1 \

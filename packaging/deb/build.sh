@@ -31,7 +31,7 @@ Maintainer: berth developers <berth@localhost>
 Installed-Size: $SIZE
 Depends: libc6, squashfs-tools-ng, fuse3, uidmap
 Recommends: squashfuse, ca-certificates, fuse-overlayfs
-Suggests: slurm-wlm
+Suggests: slurm-wlm, dropbear-bin
 Section: admin
 Priority: optional
 Description: rootless container engine for HPC

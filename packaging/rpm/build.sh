@@ -42,7 +42,7 @@ Summary:        Rootless container engine for HPC
 License:        Apache-2.0
 Requires:       squashfs-tools-ng, fuse3, shadow-utils
 Recommends:     fuse-overlayfs, squashfuse, ca-certificates
-Suggests:       slurm
+Suggests:       slurm, dropbear
 
 %define debug_package %{nil}
 %define __os_install_post %{nil}

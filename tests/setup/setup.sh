@@ -45,7 +45,8 @@ PACKAGES=(squashfs-tools-ng squashfs-tools skopeo umoci docker-registry
           apache2-utils busybox-static zstd squashfuse fuse3 fuse-overlayfs jq python3
           curl gzip debootstrap podman buildah runc uidmap catatonit openssl gcc libc6-dev mpich libmpich-dev
           slurm-wlm munge openmpi-bin libopenmpi-dev libpmix-dev
-          shellcheck flake8 golang-go golang-github-sylabs-sif-dev tinyproxy docker.io rpm)
+          shellcheck flake8 golang-go golang-github-sylabs-sif-dev tinyproxy docker.io rpm
+          dropbear-bin)
 
 die() { echo "setup.sh: ERROR: $*" >&2; exit 1; }
 trap 'echo "setup.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR

@@ -11,12 +11,20 @@ use std::process::Command;
 use crate::harness::*;
 use crate::need_env;
 
+fn examples_dir() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/modules")
+}
+
 /// The examples, with the first path of each quoted string moved under
-/// `fake` (sources only: a `SRC:DST` keeps its destination).
+/// `fake` (sources only: a `SRC:DST` keeps its destination). The ssh
+/// module runs the node's real dropbear, in a test of its own.
 fn moved_modules(fake: &Path, to: &Path) -> Vec<String> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/modules");
     let mut names = Vec::new();
-    for e in std::fs::read_dir(&dir).unwrap().flatten() {
+    for e in std::fs::read_dir(examples_dir()).unwrap().flatten() {
+        let p = e.path();
+        if p.extension().is_none_or(|x| x != "toml") || p.file_stem().is_some_and(|s| s == "ssh") {
+            continue;
+        }
         let text = std::fs::read_to_string(e.path()).unwrap();
         // Environment values ([env.set] lines, NAME = "...") stay.
         let moved: String = text
@@ -144,4 +152,166 @@ fn example_modules_apply_on_a_fake_node() {
          /usr/bin/sacct /usr/bin/srun  /etc/slurm: slurm.conf  /run/munge:  \
          /usr/lib/x86_64-linux-gnu/slurm-wlm: libslurmfull.so "
     );
+}
+
+fn port_open(port: u16) -> bool {
+    std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+}
+
+/// The module's server notices its container's end within a second.
+fn wait_port_closed(port: u16) {
+    let t = std::time::Instant::now();
+    while port_open(port) {
+        assert!(
+            t.elapsed().as_secs() < 10,
+            "the server outlived its container"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// The shipped ssh module (CSCS's and Sarus's `--ssh`) with the node's
+/// real dropbear: the container's server takes the user's keys (made on
+/// first use and authorized), a login from outside (as from another node)
+/// and `ssh` in the container land in the container with its environment,
+/// OpenSSH's options that launchers pass are taken, a second container on
+/// the same port runs with a warning, and the server ends with the
+/// container's command.
+#[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
+fn ssh_module_serves_the_container() {
+    let env = need_env!();
+    for tool in [
+        "/usr/sbin/dropbear",
+        "/usr/bin/dbclient",
+        "/usr/bin/dropbearkey",
+    ] {
+        assert!(
+            Path::new(tool).exists(),
+            "{tool} missing: the ssh module needs dropbear-bin (sudo bash tests/setup/setup.sh)"
+        );
+    }
+    let sb = Sandbox::new(env);
+    let d = sb.debian();
+    // berth's scripts where the test user reads them.
+    let share = sb.dir.path().join("share-ssh");
+    std::fs::create_dir_all(&share).unwrap();
+    for e in std::fs::read_dir(examples_dir().join("ssh"))
+        .unwrap()
+        .flatten()
+    {
+        std::fs::copy(e.path(), share.join(e.file_name())).unwrap();
+    }
+    let text = std::fs::read_to_string(examples_dir().join("ssh.toml"))
+        .unwrap()
+        .replace("/usr/share/berth/ssh", &share.display().to_string());
+    sb.module("ssh", &text);
+    sb.site_config(&format!(
+        "[host]\nmodules_dir = \"{}\"\n",
+        sb.dir.path().join("modules.d").display()
+    ));
+    let port = free_port();
+    let port_env = format!("BERTH_SSH_PORT={port}");
+    let base = |script: &str| -> Vec<String> {
+        [
+            "run",
+            "--module",
+            "ssh",
+            "-e",
+            &port_env,
+            "-e",
+            "MARK=from-the-container",
+            &d,
+            "sh",
+            "-c",
+            script,
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+
+    // In the container: ssh back into it (a launcher's options included).
+    let args = base(
+        "ssh -x -o StrictHostKeyChecking=no localhost \
+         'test -x /.berth/ssh/start && echo in-container; echo $MARK; id -un'",
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = sb.run(&args).ok();
+    let user = env
+        .test_user()
+        .2
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert_eq!(
+        out.stdout(),
+        format!("in-container\nfrom-the-container\n{user}\n")
+    );
+    assert!(
+        out.stderr().contains("made your container SSH keys"),
+        "{}",
+        out.stderr()
+    );
+    let keys = sb.home().join(".ssh/berth");
+    let public = std::fs::read_to_string(keys.join("id_dropbear.pub")).unwrap();
+    let authorized = std::fs::read_to_string(sb.home().join(".ssh/authorized_keys")).unwrap();
+    assert!(
+        authorized.lines().any(|l| l == public.trim()),
+        "{authorized}"
+    );
+    // The user's own known_hosts is not touched.
+    assert!(!sb.home().join(".ssh/known_hosts").exists());
+    wait_port_closed(port);
+
+    // From outside, as from another node, while the container runs; a
+    // second container on the same port runs without a server.
+    let args = base("echo ready; exec sleep 60");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut first = sb
+        .berth(&args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _ready = wait_ready(&mut first);
+    let args = base("echo second");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let second = sb.run(&args).ok();
+    assert_eq!(second.stdout(), "second\n");
+    assert!(second.stderr().contains("is taken"), "{}", second.stderr());
+    let key = keys.join("id_dropbear");
+    let out = sb
+        .command(
+            Path::new("/usr/bin/dbclient"),
+            &[
+                "-y",
+                "-p",
+                &port.to_string(),
+                "-i",
+                key.to_str().unwrap(),
+                "127.0.0.1",
+                "test -x /.berth/ssh/start && echo in-container; echo $MARK",
+            ],
+        )
+        .output()
+        .unwrap();
+    let out = Out(out);
+    assert_eq!(
+        out.stdout(),
+        "in-container\nfrom-the-container\n",
+        "{}",
+        out.stderr()
+    );
+    // The server ends with the command (killed here: berth passes it on).
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(&first),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    first.wait().unwrap();
+    wait_port_closed(port);
 }

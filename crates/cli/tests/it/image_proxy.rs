@@ -65,14 +65,6 @@ impl Drop for Tinyproxy {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[test]
 #[cfg_attr(
     not(berth_it_env),

@@ -8,7 +8,11 @@
 #
 # The package's files are staged by packaging/stage.sh (the .rpm has the
 # same), the control file written here, and dpkg-deb builds it (no other
-# tool needed).
+# tool needed). Not cargo-deb or cargo-generate-rpm: each is one more tool
+# to build (cargo install, minutes on a 2-core node) that would list the
+# files a second time, and neither runs the built berth to write the
+# manual pages and completions; dpkg-deb and rpmbuild are the
+# distributions' own.
 set -Eeuo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 COMPRESS=(-Zxz)

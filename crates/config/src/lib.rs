@@ -205,6 +205,12 @@ impl ConfigFile {
             message: e.to_string().trim().replace('\n', " "),
         })?;
         f.expand(path, env)?;
+        if let Some(sq) = &f.squashfs {
+            sq.check().map_err(|message| ConfigError::Parse {
+                path: path.to_path_buf(),
+                message: format!("[squashfs]: {message}"),
+            })?;
+        }
         f.given = merge::given_keys(text);
         if !f.modules_table.is_empty() {
             let table = std::mem::take(&mut f.modules_table);

@@ -33,23 +33,9 @@ fn tool_path() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(TAR2SQFS))
 }
 
-/// Checks the settings before anything is downloaded.
+/// Checks the (merged) settings before anything is downloaded.
 pub fn validate(settings: &SquashfsSettings) -> Result<()> {
-    const COMPRESSORS: [&str; 5] = ["zstd", "lz4", "gzip", "xz", "lzo"];
-    if !COMPRESSORS.contains(&settings.compressor.as_str()) {
-        return Err(Error::HostTool(format!(
-            "squashfs compressor {:?} is not supported; use one of {}",
-            settings.compressor,
-            COMPRESSORS.join(", ")
-        )));
-    }
-    let bs = settings.block_size;
-    if !(4096..=1 << 20).contains(&bs) || !bs.is_power_of_two() {
-        return Err(Error::HostTool(format!(
-            "squashfs block size {bs} is invalid: use a power of two from 4096 to 1048576"
-        )));
-    }
-    Ok(())
+    settings.check().map_err(Error::HostTool)
 }
 
 impl SquashWriter {

@@ -307,11 +307,36 @@ fn ssh_module_serves_the_container() {
         out.stderr()
     );
     // The server ends with the command (killed here: berth passes it on).
-    rustix::process::kill_process(
-        rustix::process::Pid::from_child(&first),
-        rustix::process::Signal::TERM,
-    )
-    .unwrap();
-    first.wait().unwrap();
+    let stop = |child: &mut std::process::Child| {
+        rustix::process::kill_process(
+            rustix::process::Pid::from_child(child),
+            rustix::process::Signal::TERM,
+        )
+        .unwrap();
+        child.wait().unwrap();
+    };
+    stop(&mut first);
+    wait_port_closed(port);
+
+    // A shared container (the plugin's one per node): the server outlives
+    // the process that built the container and serves while a task runs.
+    let mut args = base("echo ready; exec sleep 60");
+    args.splice(
+        1..1,
+        ["--shared", "k-ssh", "--linger", "1"].map(String::from),
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut task = sb
+        .berth(&args)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _ready = wait_ready(&mut task);
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    let joined = sb
+        .run(&["exec", "k-ssh", "ssh", "localhost", "echo $MARK"])
+        .ok();
+    assert_eq!(joined.stdout(), "from-the-container\n");
+    stop(&mut task);
     wait_port_closed(port);
 }

@@ -584,16 +584,6 @@ pub fn wait_ready(child: &mut Child) -> BufReader<ChildStdout> {
     }
 }
 
-/// A free TCP port of this machine (taken and let go: a race with other
-/// programs is possible but unlikely in the test fixture).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Unpacks a squashfs file with `unsquashfs` (as root: owners kept).
 pub fn unsquash(file: &Path, dest: &Path) {
     let st = Command::new("unsquashfs")

@@ -10,6 +10,16 @@ use std::time::{Duration, Instant};
 
 use crate::harness::Sandbox;
 
+/// A free TCP port of this machine (taken and let go: a race with other
+/// programs is possible but unlikely in the test fixture).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
 /// A running fault proxy; killed when dropped.

@@ -9,6 +9,7 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::harness::*;
+use crate::harness_proxy::free_port;
 use crate::need_env;
 
 fn examples_dir() -> std::path::PathBuf {

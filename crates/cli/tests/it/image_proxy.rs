@@ -6,6 +6,7 @@
 use std::process::{Child, Command, Stdio};
 
 use crate::harness::*;
+use crate::harness_proxy::free_port;
 use crate::need_env;
 
 /// tinyproxy on a free loopback port, allowed to reach the registry's

@@ -15,6 +15,15 @@ Implements the token flow of the distribution spec
     registry answers 401 (insufficient_scope) to whatever it is used for;
   - a `service` other than ours: 400.
 
+    POST /token (OAuth2, the spec's oauth.md), a form with service,
+        client_id, scope and grant_type:
+
+  - refresh_token: refresh_token must be this server's (--refresh-token,
+    what docker keeps as an identity token): a token for its user;
+  - password: username and password as above; access_type=offline adds
+    the refresh token to the answer;
+  - anything else, or a missing client_id: 400; a wrong secret: 401.
+
 The answer is {"token", "access_token", "expires_in", "issued_at"}; the token
 is a JWT (RS256) whose header carries the signing certificate in `x5c`
 (default) or only its libtrust key ID in `kid` (--header kid); docker-registry
@@ -153,9 +162,15 @@ class Handler(BaseHTTPRequestHandler):
         if not ok:
             return self.error(401, "UNAUTHORIZED", "invalid user name or password",
                               [("WWW-Authenticate", 'Basic realm="%s"' % a.service)])
-        # Clients send one scope parameter per scope; some join them with spaces.
+        self.issue(user, query.get("scope", []), {})
+
+    def issue(self, user, scopes, extra):
+        """Answers with a token granting `user` (None: anonymous) what it
+        may of `scopes` (one scope each; some clients join them with
+        spaces), `extra` added to the answer."""
+        a = self.server.args
         access = []
-        for raw in query.get("scope", []):
+        for raw in scopes:
             for scope in raw.split():
                 parsed = parse_scope(scope)
                 if parsed is None:
@@ -179,18 +194,39 @@ class Handler(BaseHTTPRequestHandler):
         self.log_message("-> 200 token for %s: %s", user or "<anonymous>",
                          json.dumps(access, separators=(",", ":")))
         issued = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
-        self.send_json(200, {"token": token, "access_token": token,
-                             "expires_in": TOKEN_LIFETIME, "issued_at": issued})
+        self.send_json(200, dict({"token": token, "access_token": token,
+                                  "expires_in": TOKEN_LIFETIME, "issued_at": issued}, **extra))
 
     do_HEAD = do_GET
 
     def do_POST(self):
-        # OAuth2 (grant_type=password/refresh_token) is not implemented: 404
-        # tells docker-style clients to fall back to GET.
+        a = self.server.args
         length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(length)
-        self.error(404, "UNSUPPORTED", "OAuth2 POST is not supported, use GET")
+        body = self.rfile.read(length).decode("utf-8", "replace") if length else ""
+        if urlsplit(self.path).path != "/token":
+            return self.error(404, "NOT_FOUND", "no such endpoint (use /token)")
+        form = parse_qs(body)
+
+        def one(key):
+            return form.get(key, [""])[0]
+        if (one("service") or a.service) != a.service:
+            return self.error(400, "INVALID_REQUEST", "unknown service %r" % one("service"))
+        if not one("client_id"):
+            return self.error(400, "INVALID_REQUEST", "client_id is required")
+        grant, extra = one("grant_type"), {}
+        if grant == "refresh_token":
+            if not secrets.compare_digest(one("refresh_token"), a.refresh_token):
+                return self.error(401, "UNAUTHORIZED", "invalid refresh token")
+        elif grant == "password":
+            if not (secrets.compare_digest(one("username"), a.user)
+                    and secrets.compare_digest(one("password"), a.password)):
+                return self.error(401, "UNAUTHORIZED", "invalid user name or password")
+            if one("access_type") == "offline":
+                extra["refresh_token"] = a.refresh_token
+        else:
+            return self.error(400, "UNSUPPORTED_GRANT", "unsupported grant_type %r" % grant)
+        self.log_message("POST %s grant for client %s", grant, one("client_id"))
+        self.issue(a.user, form.get("scope", []), extra)
 
 
 def main():
@@ -203,6 +239,8 @@ def main():
     p.add_argument("--service", default="berth-test-registry")
     p.add_argument("--user", default="berth")
     p.add_argument("--password", default="s3cret-pass")
+    p.add_argument("--refresh-token", default="berth-test-identity-token",
+                   help="the refresh token (docker's identity token) it accepts")
     p.add_argument("--header", choices=("x5c", "kid"), default="x5c",
                    help="how the JWT names its signing key")
     args = p.parse_args()

@@ -897,13 +897,30 @@ impl Client {
         // server for auth. This particular workflow is for read-only public auth.
         debug!(?realm, ?service, ?scope, "Making authentication call");
 
-        let auth_res = self
-            .client
-            .get(realm)
-            .query(&query)
-            .apply_authentication(authentication)
-            .send()
-            .await?;
+        let auth_res = match authentication {
+            // OAuth2's refresh-token grant (the distribution spec's
+            // oauth.md), as docker uses an identity token (berth's patch).
+            RegistryAuth::IdentityToken(refresh) => {
+                let mut form = vec![
+                    ("grant_type", "refresh_token"),
+                    ("client_id", "berth"),
+                    ("refresh_token", refresh.as_str()),
+                    ("scope", scope.as_str()),
+                ];
+                if let Some(s) = service {
+                    form.push(("service", s.as_str()));
+                }
+                self.client.post(realm).form(&form).send().await?
+            }
+            _ => {
+                self.client
+                    .get(realm)
+                    .query(&query)
+                    .apply_authentication(authentication)
+                    .send()
+                    .await?
+            }
+        };
 
         match auth_res.status() {
             reqwest::StatusCode::OK => {

@@ -11,6 +11,10 @@ pub enum RegistryAuth {
     Basic(String, String),
     /// Access the registry using Bearer token authentication
     Bearer(String),
+    /// An OAuth2 refresh token (docker's "identity token"), exchanged at
+    /// the registry's token server for an access token of each scope
+    /// (berth's patch: BERTH-PATCH.md)
+    IdentityToken(String),
 }
 
 impl fmt::Debug for RegistryAuth {
@@ -23,6 +27,10 @@ impl fmt::Debug for RegistryAuth {
                 .field(&"<redacted>")
                 .finish(),
             RegistryAuth::Bearer(_) => f.debug_tuple("Bearer").field(&"<redacted>").finish(),
+            RegistryAuth::IdentityToken(_) => f
+                .debug_tuple("IdentityToken")
+                .field(&"<redacted>")
+                .finish(),
         }
     }
 }
@@ -37,6 +45,8 @@ impl Authenticable for reqwest::RequestBuilder {
             RegistryAuth::Anonymous => self,
             RegistryAuth::Basic(username, password) => self.basic_auth(username, Some(password)),
             RegistryAuth::Bearer(token) => self.bearer_auth(token),
+            // Sent only to the token server, in the body of its POST.
+            RegistryAuth::IdentityToken(_) => self,
         }
     }
 }

@@ -340,41 +340,22 @@ fn enroot_credentials_file_with_a_password_command() {
     ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
 )]
 fn docker_credential_helpers_by_registry_and_for_all() {
-    use std::os::unix::fs::PermissionsExt;
     let env = need_env!();
     let mut sb = Sandbox::new(env);
     let reg = env.auth_reg();
     let r = format!("{reg}/berth-test/layers");
     // A helper script speaking the docker-credential-helpers protocol.
-    let bin = sb.dir.path().join("bin");
-    fs::create_dir_all(&bin).unwrap();
-    let helper = bin.join("docker-credential-berthtest");
-    fs::write(
-        &helper,
-        format!(
-            "#!/bin/sh\n[ \"$1\" = get ] || exit 1\nread -r server\n\
-             if [ \"$server\" = \"{reg}\" ]; then\n\
+    sb.credential_helper(
+        "berthtest",
+        &format!(
+            "if [ \"$server\" = \"{reg}\" ]; then\n\
              printf '{{\"ServerURL\":\"%s\",\"Username\":\"{}\",\"Secret\":\"{}\"}}\\n' \"$server\"\n\
              else echo 'credentials not found in native keychain'; exit 1; fi\n",
             env.var("BERTH_IT_REG_USER"),
             env.var("BERTH_IT_REG_PASS")
         ),
-    )
-    .unwrap();
-    fs::set_permissions(&helper, fs::Permissions::from_mode(0o755)).unwrap();
-    sb.extra_env.push((
-        "PATH".into(),
-        format!(
-            "{}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
-            bin.display()
-        ),
-    ));
-    let docker = sb.home().join(".docker");
-    fs::create_dir_all(&docker).unwrap();
-    let config = |text: String| {
-        fs::write(docker.join("config.json"), text).unwrap();
-        sb.chown_to_user(&sb.home());
-    };
+    );
+    let config = |text: String| sb.docker_config(&text);
     config(format!("{{\"credHelpers\":{{\"{reg}\":\"berthtest\"}}}}"));
     sb.run(&["pull", "-q", "--tls-verify=false", &r]).ok();
     sb.run(&["rmi", &r]).ok();

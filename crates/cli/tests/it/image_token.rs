@@ -119,3 +119,42 @@ fn token_auth_login_pull_logout() {
     sb.run(&["pull", "--tls-verify=false", &r])
         .fails(11, "berth login");
 }
+
+/// Identity tokens (docker's `identitytoken` in the auth file, a credential
+/// helper's user `<token>`): exchanged at the token server with OAuth2's
+/// refresh-token grant (a POST, never a GET with Basic credentials); a
+/// token the server does not know is refused with exit 11.
+#[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
+fn identity_tokens_from_the_auth_file_and_a_helper() {
+    let env = need_env!();
+    let reg = token_registry(env);
+    let mut sb = Sandbox::new(env);
+    let r = format!("{reg}/berth-test/layers");
+    let run = sb.dir.path().join("run");
+    let auth_file = run.join("containers/auth.json");
+    fs::create_dir_all(auth_file.parent().unwrap()).unwrap();
+    let write = |text: String| {
+        fs::write(&auth_file, text).unwrap();
+        sb.chown_to_user(&run);
+    };
+    let entry =
+        |token: &str| format!(r#"{{"auths":{{"{reg}":{{"auth":"","identitytoken":"{token}"}}}}}}"#);
+    write(entry("berth-test-identity-token"));
+    sb.run(&["pull", "-q", "--tls-verify=false", &r]).ok();
+    sb.run(&["rmi", &r]).ok();
+    write(entry("not-the-token"));
+    sb.run(&["pull", "--tls-verify=false", &r])
+        .fails(11, "invalid refresh token");
+    // A credential helper that answers with an identity token.
+    write("{}".to_string());
+    sb.credential_helper(
+        "tokens",
+        "printf '{\"ServerURL\":\"%s\",\"Username\":\"<token>\",\"Secret\":\"berth-test-identity-token\"}\\n' \"$server\"\n",
+    );
+    sb.docker_config(&format!("{{\"credHelpers\":{{\"{reg}\":\"tokens\"}}}}"));
+    sb.run(&["pull", "-q", "--tls-verify=false", &r]).ok();
+}

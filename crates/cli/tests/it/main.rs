@@ -6,6 +6,7 @@
 mod cli_docs;
 mod doctor;
 mod harness;
+mod harness_auth;
 mod harness_fuse;
 mod harness_out;
 mod harness_proxy;

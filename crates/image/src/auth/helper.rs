@@ -103,12 +103,6 @@ pub(super) fn get(name: &str, registry: &str) -> Result<Option<Credentials>> {
             "the credential helper {program} did not answer with JSON credentials: {e}"
         ))
     })?;
-    if answer.username == "<token>" {
-        return Err(auth(format!(
-            "{program} gave an identity token, which berth cannot use yet; \
-             log in with a user name and password or access token"
-        )));
-    }
     Ok(Some(Credentials {
         username: answer.username,
         password: answer.secret,

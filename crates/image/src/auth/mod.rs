@@ -32,6 +32,18 @@ pub struct Credentials {
     pub password: String,
 }
 
+/// The user name that stands for an identity token (docker's convention,
+/// in credential helpers' answers): the password is then an OAuth2
+/// refresh token, exchanged at the registry's token server.
+pub const IDENTITY_TOKEN_USER: &str = "<token>";
+
+impl Credentials {
+    /// Whether the password is an identity token ([`IDENTITY_TOKEN_USER`]).
+    pub fn is_identity_token(&self) -> bool {
+        self.username == IDENTITY_TOKEN_USER
+    }
+}
+
 impl std::fmt::Debug for Credentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Credentials({}, ****)", self.username)
@@ -50,6 +62,10 @@ struct AuthFile {
 struct AuthEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     auth: Option<String>,
+    /// An OAuth2 refresh token `docker login` keeps for registries that
+    /// give one (used instead of `auth`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    identitytoken: Option<String>,
     #[serde(flatten)]
     rest: BTreeMap<String, serde_json::Value>,
 }
@@ -267,14 +283,20 @@ fn find_in(
     for (key, entry) in &parsed.auths {
         let k = normalize_key(key);
         let hit = k == reg || (full.starts_with(&k) && full.as_bytes().get(k.len()) == Some(&b'/'));
-        if hit && entry.auth.is_some() && best.is_none_or(|(b, _)| normalize_key(b).len() < k.len())
-        {
+        let usable = entry.auth.is_some() || entry.identitytoken.is_some();
+        if hit && usable && best.is_none_or(|(b, _)| normalize_key(b).len() < k.len()) {
             best = Some((key, entry));
         }
     }
     let Some((key, entry)) = best else {
         return Ok(None);
     };
+    if let Some(refresh) = entry.identitytoken.as_ref().filter(|t| !t.is_empty()) {
+        return Ok(Some(Credentials {
+            username: IDENTITY_TOKEN_USER.to_string(),
+            password: refresh.clone(),
+        }));
+    }
     let Some(token) = &entry.auth else {
         return Ok(None);
     };
@@ -324,6 +346,32 @@ mod tests {
         assert_eq!(mode, 0o600);
         assert!(files.remove("127.0.0.1:5001").unwrap());
         assert_eq!(files.lookup("127.0.0.1:5001", "x/y").unwrap(), None);
+    }
+
+    /// An entry's `identitytoken` is used instead of its `auth` (as
+    /// docker does), and a login to another registry keeps it.
+    #[test]
+    fn identity_tokens_are_read_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let files =
+            AuthFiles::from_parts(None, None, Some(dir.path().into()), Some(dir.path().into()));
+        let path = files.write.clone().unwrap();
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(
+            &path,
+            r#"{"auths": {"r.io": {"auth": "dTpw", "identitytoken": "refresh-1"}}}"#,
+        )
+        .unwrap();
+        let c = files.lookup("r.io", "a/b").unwrap().unwrap();
+        assert!(c.is_identity_token());
+        assert_eq!(c.password, "refresh-1");
+        let other = Credentials {
+            username: "u".into(),
+            password: "p".into(),
+        };
+        files.store("s.io", &other).unwrap();
+        assert_eq!(files.lookup("r.io", "a/b").unwrap(), Some(c));
+        assert_eq!(files.lookup("s.io", "a/b").unwrap(), Some(other));
     }
 
     /// L10: no file is written in the cwd when no place is known, and a

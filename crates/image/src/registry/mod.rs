@@ -111,6 +111,7 @@ impl Registry {
             .build()
             .map_err(|e| Error::HostTool(format!("cannot start the HTTP runtime: {e}")))?;
         let auth = match &options.credentials {
+            Some(c) if c.is_identity_token() => RegistryAuth::IdentityToken(c.password.clone()),
             Some(c) => RegistryAuth::Basic(c.username.clone(), c.password.clone()),
             None => RegistryAuth::Anonymous,
         };

@@ -205,13 +205,23 @@ impl ConfigFile {
             message: e.to_string().trim().replace('\n', " "),
         })?;
         f.expand(path, env)?;
+        f.given = merge::given_keys(text);
         if let Some(sq) = &f.squashfs {
-            sq.check().map_err(|message| ConfigError::Parse {
+            // A level alone is checked against the compressor the merged
+            // settings will have (a site's xz and a user's level 0).
+            let compressor_given = f
+                .given
+                .get("squashfs")
+                .is_some_and(|keys| keys.iter().any(|k| k == "compressor"));
+            let mut own = sq.clone();
+            if !compressor_given {
+                own.level = None;
+            }
+            own.check().map_err(|message| ConfigError::Parse {
                 path: path.to_path_buf(),
                 message: format!("[squashfs]: {message}"),
             })?;
         }
-        f.given = merge::given_keys(text);
         if !f.modules_table.is_empty() {
             let table = std::mem::take(&mut f.modules_table);
             f.modules.push((path.to_path_buf(), table));

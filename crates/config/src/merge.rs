@@ -75,6 +75,26 @@ mod tests {
     /// A user's table changes the keys it sets and no other: before, a
     /// user's `[runtime]` dropped the site's server and overlay choices
     /// and a user's `[network]` reset the site's other network keys.
+    /// A file's `[squashfs]` is checked as far as it goes alone: a level
+    /// without a compressor waits for the merged settings (a site's xz, a
+    /// user's level 0), a level with one is checked against it.
+    #[test]
+    fn a_files_squashfs_is_checked_as_far_as_it_goes() {
+        let site = parse("[squashfs]\ncompressor = \"xz\"\n");
+        let user = parse("[squashfs]\nlevel = 0\n");
+        assert_eq!(site.merge(user).squashfs.unwrap().check(), Ok(()));
+        let err = ConfigFile::parse(
+            "[squashfs]\ncompressor = \"zstd\"\nlevel = 0\n",
+            Path::new("u.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("u.toml") && err.contains("use 1 to 22"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn tables_merge_key_by_key() {
         let site = parse(

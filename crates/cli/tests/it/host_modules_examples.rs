@@ -234,10 +234,12 @@ fn ssh_module_serves_the_container() {
         .to_vec()
     };
 
-    // In the container: ssh back into it (a launcher's options included).
+    // In the container: ssh back into it (a launcher's options included;
+    // the remote command's own options pass unchanged).
     let args = base(
-        "ssh -x -o StrictHostKeyChecking=no localhost \
-         'test -x /.berth/ssh/start && echo in-container; echo $MARK; id -un'",
+        "ssh -x -o StrictHostKeyChecking=no -oPort=1 -F /dev/null -p \"$BERTH_SSH_PORT\" -- localhost \
+         'test -x /.berth/ssh/start && echo in-container; echo $MARK; id -un' && \
+         ssh localhost ls -a /.berth/ssh/bin",
     );
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = sb.run(&args).ok();
@@ -250,7 +252,7 @@ fn ssh_module_serves_the_container() {
         .into_owned();
     assert_eq!(
         out.stdout(),
-        format!("in-container\nfrom-the-container\n{user}\n")
+        format!("in-container\nfrom-the-container\n{user}\n.\n..\nssh\n")
     );
     assert!(
         out.stderr().contains("made your container SSH keys"),
@@ -261,11 +263,15 @@ fn ssh_module_serves_the_container() {
     let public = std::fs::read_to_string(keys.join("id_dropbear.pub")).unwrap();
     let authorized = std::fs::read_to_string(sb.home().join(".ssh/authorized_keys")).unwrap();
     assert!(
-        authorized.lines().any(|l| l == public.trim()),
+        authorized.lines().any(|l| l.starts_with(public.trim())),
         "{authorized}"
     );
-    // The user's own known_hosts is not touched.
+    // The user's own known_hosts is not touched; the container one has
+    // the user's host key for the destination.
     assert!(!sb.home().join(".ssh/known_hosts").exists());
+    let host_key = std::fs::read_to_string(keys.join("host_key.pub")).unwrap();
+    let known = std::fs::read_to_string(keys.join("client/.ssh/known_hosts")).unwrap();
+    assert_eq!(known, format!("localhost {host_key}"));
     wait_port_closed(port);
 
     // From outside, as from another node, while the container runs; a
@@ -318,6 +324,62 @@ fn ssh_module_serves_the_container() {
     };
     stop(&mut first);
     wait_port_closed(port);
+
+    // Someone else's server on the port (the attack the pinned host key
+    // stops): the container runs without its own, and its ssh refuses the
+    // other key instead of handing it the session.
+    let squat = sb.dir.path().join("squatter_key");
+    let made = sb
+        .command(
+            Path::new("/usr/bin/dropbearkey"),
+            &["-t", "ed25519", "-f", squat.to_str().unwrap()],
+        )
+        .output()
+        .unwrap();
+    assert!(made.status.success());
+    let other_port = free_port();
+    let mut squatter = sb
+        .command(
+            Path::new("/usr/sbin/dropbear"),
+            &[
+                "-F",
+                "-E",
+                "-s",
+                "-p",
+                &other_port.to_string(),
+                "-r",
+                squat.to_str().unwrap(),
+                "-P",
+                sb.dir.path().join("squatter.pid").to_str().unwrap(),
+            ],
+        )
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    while !port_open(other_port) {
+        assert!(t.elapsed().as_secs() < 10, "the squatter did not listen");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let taken = format!("BERTH_SSH_PORT={other_port}");
+    let out = sb
+        .run(&[
+            "run",
+            "--module",
+            "ssh",
+            "-e",
+            &taken,
+            &d,
+            "sh",
+            "-c",
+            "ssh localhost echo reached; echo rc=$?",
+        ])
+        .ok();
+    let _ = squatter.kill();
+    let _ = squatter.wait();
+    assert!(!out.stdout().contains("reached"), "{}", out.stdout());
+    assert!(out.stderr().contains("is taken"), "{}", out.stderr());
+    assert!(out.stderr().contains("mismatch"), "{}", out.stderr());
 
     // A shared container (the plugin's one per node): the server outlives
     // the process that built the container and serves while a task runs.

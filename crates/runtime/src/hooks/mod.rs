@@ -62,8 +62,11 @@ pub fn state_json(
 /// why it failed (its stderr included). Its environment is `base` (the
 /// container's, for a hook run inside the container; empty for one run by
 /// berth, which then gets a standard PATH) under the hook's own `env`. What
-/// a successful hook writes on stderr is passed on to berth's. It starts
-/// with no signal blocked.
+/// a successful startContainer hook (a module's, in the container) writes
+/// on stderr is passed on to berth's; other stages' stay quiet (CDI hooks
+/// log there). It starts with no signal blocked, in a process group of its
+/// own (a terminal's Ctrl-C is the command's, not a server's a hook
+/// started).
 pub fn run(
     hook: &Hook,
     state: &str,
@@ -93,6 +96,7 @@ pub fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     crate::sys::process::unblock_signals_in_child(&mut cmd);
+    cmd.process_group(0);
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("{what}: cannot start: {e}"))?;
@@ -137,7 +141,7 @@ pub fn run(
             stderr.trim()
         ));
     }
-    if !out.stderr.is_empty() {
+    if hook.stage == "startContainer" && !out.stderr.is_empty() {
         let mut err = std::io::stderr().lock();
         let _ = err.write_all(&out.stderr);
     }

@@ -228,12 +228,13 @@ fn pyxis_mounts_and_invalid_arguments() {
     // srun --mpi=pmix: the PMIx server's directory is mounted in the
     // container (mpi.bats 1), and the server's module choices are there in
     // their PMIX_MCA_* forms (mpi.bats 2).
-    let probe = "d=${PMIX_SERVER_TMPDIR%/}; [ -n \"$d\" ] && grep -q \" $d \" /proc/self/mountinfo && echo pmix-dir-mounted; \
-        [ \"$PMIX_MCA_psec\" = \"$PMIX_SECURITY_MODE\" ] && [ \"$PMIX_MCA_gds\" = \"$PMIX_GDS_MODULE\" ] && [ \"$PMIX_MCA_ptl\" = \"$PMIX_PTL_MODULE\" ] && [ -n \"$PMIX_MCA_gds\" ] && echo mca-set";
+    // One line per task: two tasks' lines interleave in srun's output.
+    let probe = "d=${PMIX_SERVER_TMPDIR%/}; r=; [ -n \"$d\" ] && grep -q \" $d \" /proc/self/mountinfo && r=pmix-dir-mounted; \
+        [ \"$PMIX_MCA_psec\" = \"$PMIX_SECURITY_MODE\" ] && [ \"$PMIX_MCA_gds\" = \"$PMIX_GDS_MODULE\" ] && [ \"$PMIX_MCA_ptl\" = \"$PMIX_PTL_MODULE\" ] && [ -n \"$PMIX_MCA_gds\" ] && r=\"$r mca-set\"; echo \"$r\"";
     let out = srun(&sb, &[], &["--mpi=pmix", "-n2", &img, "sh", "-c", probe]).ok();
     assert_eq!(
         out.stdout(),
-        "pmix-dir-mounted\nmca-set\npmix-dir-mounted\nmca-set\n"
+        "pmix-dir-mounted mca-set\npmix-dir-mounted mca-set\n"
     );
 
     // Every bad argument fails the step before a task starts, with one

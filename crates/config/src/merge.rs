@@ -72,9 +72,6 @@ mod tests {
         ConfigFile::parse(text, Path::new("test.toml")).unwrap()
     }
 
-    /// A user's table changes the keys it sets and no other: before, a
-    /// user's `[runtime]` dropped the site's server and overlay choices
-    /// and a user's `[network]` reset the site's other network keys.
     /// A file's `[squashfs]` is checked as far as it goes alone: a level
     /// without a compressor waits for the merged settings (a site's xz, a
     /// user's level 0), a level with one is checked against it.
@@ -95,6 +92,9 @@ mod tests {
         );
     }
 
+    /// A user's table changes the keys it sets and no other: before, a
+    /// user's `[runtime]` dropped the site's server and overlay choices
+    /// and a user's `[network]` reset the site's other network keys.
     #[test]
     fn tables_merge_key_by_key() {
         let site = parse(

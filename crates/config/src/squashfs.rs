@@ -10,9 +10,9 @@ pub struct SquashfsSettings {
     #[serde(default = "default_compressor")]
     pub compressor: String,
     /// Compression level where the compressor has one (zstd 1 to 22, gzip
-    /// 1 to 9, xz 0 to 9; checked when the file is read); unset: 3 for zstd (berth's default: fast to write, about as small
-    /// as higher levels for software images), the compressor's own for
-    /// the others.
+    /// 1 to 9, xz 0 to 9; checked when the file is read); unset: 3 for
+    /// zstd (berth's default: fast to write, about as small as higher
+    /// levels for software images), the compressor's own for the others.
     #[serde(default)]
     pub level: Option<u32>,
     /// Data block size in bytes (4 KiB to 1 MiB, a power of two).

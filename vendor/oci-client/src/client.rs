@@ -901,15 +901,13 @@ impl Client {
             // OAuth2's refresh-token grant (the distribution spec's
             // oauth.md), as docker uses an identity token (berth's patch).
             RegistryAuth::IdentityToken(refresh) => {
+                // The GET's parameters (scope, service) in the form.
                 let mut form = vec![
                     ("grant_type", "refresh_token"),
                     ("client_id", "berth"),
                     ("refresh_token", refresh.as_str()),
-                    ("scope", scope.as_str()),
                 ];
-                if let Some(s) = service {
-                    form.push(("service", s.as_str()));
-                }
+                form.extend(query.iter().map(|(k, v)| (*k, v.as_str())));
                 self.client.post(realm).form(&form).send().await?
             }
             _ => {

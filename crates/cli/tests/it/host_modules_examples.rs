@@ -159,16 +159,19 @@ fn port_open(port: u16) -> bool {
     std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
 }
 
-/// The module's server notices its container's end within a second.
-fn wait_port_closed(port: u16) {
+/// Waits up to 10 s until `port` is `open` (or closed), failing with
+/// `what` (the module's server notices its container's end within about
+/// two seconds).
+fn wait_port(port: u16, open: bool, what: &str) {
     let t = std::time::Instant::now();
-    while port_open(port) {
-        assert!(
-            t.elapsed().as_secs() < 10,
-            "the server outlived its container"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
+    while port_open(port) != open {
+        assert!(t.elapsed().as_secs() < 10, "{what}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
+}
+
+fn wait_port_closed(port: u16) {
+    wait_port(port, false, "the server outlived its container");
 }
 
 /// The shipped ssh module (CSCS's and Sarus's `--ssh`) with the node's
@@ -210,10 +213,6 @@ fn ssh_module_serves_the_container() {
         .unwrap()
         .replace("/usr/share/berth/ssh", &share.display().to_string());
     sb.module("ssh", &text);
-    sb.site_config(&format!(
-        "[host]\nmodules_dir = \"{}\"\n",
-        sb.dir.path().join("modules.d").display()
-    ));
     let port = free_port();
     let port_env = format!("BERTH_SSH_PORT={port}");
     let base = |script: &str| -> Vec<String> {
@@ -356,11 +355,7 @@ fn ssh_module_serves_the_container() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let t = std::time::Instant::now();
-    while !port_open(other_port) {
-        assert!(t.elapsed().as_secs() < 10, "the squatter did not listen");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_port(other_port, true, "the squatter did not listen");
     let taken = format!("BERTH_SSH_PORT={other_port}");
     let out = sb
         .run(&[

@@ -355,14 +355,13 @@ fn docker_credential_helpers_by_registry_and_for_all() {
             env.var("BERTH_IT_REG_PASS")
         ),
     );
-    let config = |text: String| sb.docker_config(&text);
-    config(format!("{{\"credHelpers\":{{\"{reg}\":\"berthtest\"}}}}"));
+    sb.docker_config(&format!("{{\"credHelpers\":{{\"{reg}\":\"berthtest\"}}}}"));
     sb.run(&["pull", "-q", "--tls-verify=false", &r]).ok();
     sb.run(&["rmi", &r]).ok();
-    config("{\"credsStore\":\"berthtest\"}".to_string());
+    sb.docker_config("{\"credsStore\":\"berthtest\"}");
     sb.run(&["pull", "-q", "--tls-verify=false", &r]).ok();
     sb.run(&["rmi", &r]).ok();
-    config("{\"credsStore\":\"missing\"}".to_string());
+    sb.docker_config("{\"credsStore\":\"missing\"}");
     sb.run(&["pull", "--tls-verify=false", &r]).fails(
         11,
         "cannot run the credential helper docker-credential-missing",

@@ -95,7 +95,7 @@ pub fn run(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    crate::sys::process::unblock_signals_in_child(&mut cmd);
+    crate::sys::process::reset_signals_in_child(&mut cmd);
     cmd.process_group(0);
     let mut child = cmd
         .spawn()

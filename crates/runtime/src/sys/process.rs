@@ -61,22 +61,19 @@ pub fn mask(set: &SigSet, block: bool) -> io::Result<()> {
     Ok(())
 }
 
-/// Makes the process `cmd` starts begin with no signal blocked: berth
-/// blocks the signals it forwards, and a hook (or a server a hook starts,
-/// which must reap its children on SIGCHLD) must not inherit that mask.
-pub fn unblock_signals_in_child(cmd: &mut std::process::Command) {
+/// Makes the process `cmd` starts begin with the signals of a freshly
+/// started process ([`reset_signals`]): berth blocks the signals it
+/// forwards, and a hook (or a server a hook starts, which must reap its
+/// children on SIGCHLD) must not inherit that mask.
+pub fn reset_signals_in_child(cmd: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
     // SAFETY: the closure runs in the child between fork and exec and
-    // calls only sigemptyset and pthread_sigmask, both async-signal-safe,
-    // on a sigset_t of its own stack.
+    // calls only reset_signals, which allocates nothing and makes only
+    // async-signal-safe calls (signal, sigemptyset, pthread_sigmask).
     unsafe {
         cmd.pre_exec(|| {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            match libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) {
-                0 => Ok(()),
-                rc => Err(io::Error::from_raw_os_error(rc)),
-            }
+            reset_signals();
+            Ok(())
         });
     }
 }
@@ -186,7 +183,15 @@ pub fn reset_signals() {
             libc::signal(signo, libc::SIG_DFL);
         }
     }
-    let _ = mask(&SigSet::of(&(1..65).collect::<Vec<i32>>()), false);
+    // An empty mask, set without allocating (this runs between fork and
+    // exec too).
+    // SAFETY: sigemptyset fills a local sigset_t, which pthread_sigmask
+    // reads; the old mask is not needed.
+    unsafe {
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+    }
 }
 
 /// Makes `cmd`'s process receive `signal` when its parent (the caller)

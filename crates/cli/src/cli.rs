@@ -308,6 +308,9 @@ pub struct RunArgs {
     /// Join the node's shared container KEY, creating it if there is none: all tasks with one KEY share one container (namespaces, mounts, page cache); it goes away with its last task.
     #[arg(long, value_name = "KEY")]
     pub shared: Option<String>,
+    /// With --shared: make or find the container, print how a task joins it in place (one JSON line) and hold it until standard input closes; the command is not run (the Slurm plugin's tasks then join it without berth).
+    #[arg(long, hide = true, requires = "shared")]
+    pub hand_over: bool,
     /// With --shared: keep the container this long after its last task left, for tasks still to come.
     #[arg(long, value_name = "SECONDS", default_value_t = 0, requires = "shared")]
     pub linger: u64,

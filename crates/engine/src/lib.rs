@@ -18,7 +18,7 @@ use std::fs::File;
 use std::time::Duration;
 
 use berth_config::Config;
-use berth_runtime::container::{self, ImageSpec, Process, RunSpec};
+use berth_runtime::container::{ImageSpec, Process, RunSpec};
 use berth_runtime::entrypoint_first::EntrypointFirst;
 use berth_runtime::seccomp::{RootEmulation, Seccomp};
 use berth_runtime::semantics::{self, ImageDefaults, UserRequest};
@@ -42,10 +42,12 @@ pub mod node_cache;
 pub mod overlay;
 pub mod request;
 pub mod save;
+mod start;
 
 pub use caller::Caller;
 pub use error::{Error, Result};
 pub use request::{RunRequest, SharedRequest};
+pub use start::{run, start};
 
 /// A run resolved: everything the runtime needs, and what the run holds
 /// until the container starts. Serialised, it is the `--dry-run` plan.
@@ -61,6 +63,10 @@ pub struct Launch {
     /// `--save`: what becomes of the container's root when it ends.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub save: Option<save::SaveJob>,
+    /// The command's environment has values worked out from the task's
+    /// own (its rank, its GPUs): no other task can join with it.
+    #[serde(skip)]
+    pub per_task_env: bool,
     /// Held until the container starts.
     #[serde(skip)]
     held: Held,
@@ -218,6 +224,12 @@ pub fn prepare(
         always.apply_env(e);
         requested.apply_env(e);
     }
+    // Variables worked out from the task's own (its rank, its GPUs): no
+    // other task of a shared container can take them over.
+    let per_task_env = !launcher.is_empty()
+        || [&always, &requested]
+            .iter()
+            .any(|p| p.env.iter().any(|e| e.name.ends_with("_VISIBLE_DEVICES")));
     // The split: the entrypoint sees its own environment, and the
     // command's goes under what it leaves, with the named variables (as
     // the command would have them: injected paths kept) over both.
@@ -414,8 +426,10 @@ pub fn prepare(
             linger: s.linger,
             image: req.image.clone(),
             reuse: s.reuse,
+            hand_over: s.hand_over,
         }),
         save: save_job,
+        per_task_env,
         held: Held {
             image_file: found.file,
             node_lock: found.lock,
@@ -531,66 +545,4 @@ fn user_request(req: &RunRequest) -> Result<UserRequest> {
         env_below_image: req.env_below_image,
         workdir: req.workdir.clone(),
     })
-}
-
-/// Starts `launch`; the command's exit code. The node's lock of the
-/// image's record is let go once the keeper is there (for a shared
-/// container: once its keeper is leased, or this task decided to join
-/// it), before the command runs.
-pub fn run(launch: Launch) -> Result<i32> {
-    let Launch {
-        spec,
-        shared,
-        held,
-        save,
-        ..
-    } = launch;
-    let Held {
-        image_file,
-        node_lock,
-        overlay: _overlay_lock,
-    } = held;
-    match shared {
-        None => {
-            let leased = container::lease(&spec, image_file.as_ref())?;
-            drop(node_lock);
-            let code = leased.run()?;
-            if let Some(job) = &save {
-                let line = save::save(job, &spec.berth_exe)?;
-                eprintln!("berth: {line}");
-            }
-            Ok(code)
-        }
-        Some(placement) => {
-            let mut node_lock = node_lock;
-            let mut let_go = || drop(node_lock.take());
-            let placed = shared::place(&spec, &placement, image_file.as_ref(), &mut let_go)?;
-            Ok(placed.join()?)
-        }
-    }
-}
-
-/// [`prepare`], `show` (a front end's look at the launch: its warnings),
-/// and [`run`]; a node-local record whose image file has gone (removed
-/// from the store, or the store moved) is dropped and the store asked
-/// again, once.
-pub fn start(
-    config: &Config,
-    req: &RunRequest,
-    caller: &Caller,
-    show: impl Fn(&Launch),
-) -> Result<i32> {
-    let prepared = |trust_cache| {
-        let launch = prepare(config, req, caller, trust_cache)?;
-        show(&launch);
-        Ok::<_, Error>(launch)
-    };
-    match run(prepared(true)?) {
-        Err(Error::Runtime(berth_runtime::Error::ImageMissing(_)))
-            if node_cache::forget(&req.image) =>
-        {
-            run(prepared(false)?)
-        }
-        result => result,
-    }
 }

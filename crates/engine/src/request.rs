@@ -103,6 +103,9 @@ pub struct SharedRequest {
     pub linger: Duration,
     /// Which live container under the key the run joins.
     pub reuse: berth_runtime::shared::Reuse,
+    /// Hand the join over to the caller instead of running the command
+    /// ([`berth_runtime::shared::in_place`]).
+    pub hand_over: bool,
 }
 
 impl RunRequest {

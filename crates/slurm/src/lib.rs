@@ -31,6 +31,7 @@ pub mod carried;
 pub mod epilog;
 pub mod gather;
 pub mod images;
+pub mod in_place;
 pub mod mounts;
 pub mod options;
 pub mod pmix;

@@ -389,6 +389,12 @@ unsafe impl Plugin for BerthPlugin {
                 global: self.global_names,
             },
         );
+        // A step's tasks join its shared container from here, as Pyxis's
+        // do: only the first of a node starts berth (returns where the
+        // task must run berth itself).
+        if crate::in_place::eligible(&cmd) {
+            crate::in_place::join(&cmd, &env, &task.argv);
+        }
         // Slurm 22.05 has no spank_prepend_task_argv: the task becomes
         // berth here, with the environment Slurm built for it (PMI
         // variables included) and its descriptors.

@@ -62,6 +62,7 @@ pub fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
         key,
         linger: Duration::from_secs(args.linger),
         reuse,
+        hand_over: args.hand_over,
     });
     req.argv0_fallback = args.argv0_fallback;
     req.workdir_must_exist = args.workdir_must_exist;

@@ -37,6 +37,7 @@ mod security_review;
 mod slurm_edf;
 mod slurm_entrypoint;
 mod slurm_global;
+mod slurm_join;
 mod slurm_pyxis;
 mod slurm_spank;
 mod slurm_srun;

@@ -15,7 +15,7 @@ use crate::sys::{self, Fork, Kernel, Namespace, LINUX};
 use super::{anchor_alive, SharedInfo};
 
 /// The namespaces a task enters, in order.
-struct Entry {
+pub(super) struct Entry {
     /// The keeper's user namespace (the container's mount namespace
     /// belongs to it, and joining one needs `CAP_SYS_ADMIN` there).
     keeper_userns: Option<OwnedFd>,
@@ -28,48 +28,58 @@ struct Entry {
     mode: IdMode,
 }
 
+impl Entry {
+    /// Opens the namespaces of `info`'s container, checking afterwards
+    /// that its anchor and keeper still run (a pid recycled between
+    /// reading the record and opening them would lead elsewhere).
+    pub(super) fn open(info: &SharedInfo) -> Result<Self> {
+        let mode = info.mode;
+        // Pinned first: checked below, once their namespaces are open.
+        let anchor = Pinned::new(info.pid);
+        let keeper = Pinned::new(info.keeper_pid);
+        let entry = Entry {
+            keeper_userns: match mode {
+                IdMode::HostRoot => None,
+                IdMode::Identity | IdMode::FakeRoot => {
+                    Some(node::open_ns(info.keeper_pid, "user")?)
+                }
+            },
+            mntns: node::open_ns(info.pid, "mnt")?,
+            inner_userns: match mode {
+                IdMode::Identity | IdMode::FakeRoot => Some(node::open_ns(info.pid, "user")?),
+                IdMode::HostRoot => None,
+            },
+            own: info
+                .namespaces
+                .iter()
+                .filter_map(|name| {
+                    let kind = match name.as_str() {
+                        "net" => Namespace::Net,
+                        "ipc" => Namespace::Ipc,
+                        "uts" => Namespace::Uts,
+                        _ => return None,
+                    };
+                    Some(node::open_ns(info.pid, name).map(|fd| (kind, fd)))
+                })
+                .collect::<Result<_>>()?,
+            mode,
+        };
+        let runs = |p: &Option<Pinned>| p.as_ref().is_some_and(Pinned::still_runs);
+        if !anchor_alive(info) || !runs(&anchor) || !runs(&keeper) {
+            return Err(Error::Setup(format!(
+                "shared container {} ended while this task was joining it; start the task again",
+                info.key
+            )));
+        }
+        Ok(entry)
+    }
+}
+
 /// Joins the anchor's namespaces in a forked child and `exec`s `job`;
 /// the parent forwards signals and returns the exit code. `share` is the
 /// caller's share of the container, held until the command ends.
 pub(super) fn join(info: &SharedInfo, job: &Process, share: Share) -> Result<i32> {
-    let mode = info.mode;
-    // Pinned first: checked below, once their namespaces are open.
-    let anchor = Pinned::new(info.pid);
-    let keeper = Pinned::new(info.keeper_pid);
-    let entry = Entry {
-        keeper_userns: match mode {
-            IdMode::HostRoot => None,
-            IdMode::Identity | IdMode::FakeRoot => Some(node::open_ns(info.keeper_pid, "user")?),
-        },
-        mntns: node::open_ns(info.pid, "mnt")?,
-        inner_userns: match mode {
-            IdMode::Identity | IdMode::FakeRoot => Some(node::open_ns(info.pid, "user")?),
-            IdMode::HostRoot => None,
-        },
-        own: info
-            .namespaces
-            .iter()
-            .filter_map(|name| {
-                let kind = match name.as_str() {
-                    "net" => Namespace::Net,
-                    "ipc" => Namespace::Ipc,
-                    "uts" => Namespace::Uts,
-                    _ => return None,
-                };
-                Some(node::open_ns(info.pid, name).map(|fd| (kind, fd)))
-            })
-            .collect::<Result<_>>()?,
-        mode,
-    };
-    // The pid could have been recycled between reading the record and
-    // opening its namespaces: check it is still the anchor.
-    let runs = |p: &Option<Pinned>| p.as_ref().is_some_and(Pinned::still_runs);
-    if !anchor_alive(info) || !runs(&anchor) || !runs(&keeper) {
-        return Err(Error::Setup(format!(
-            "shared container {} ended while this task was joining it; start the task again",
-            info.key
-        )));
-    }
+    let entry = Entry::open(info)?;
     // The entrypoint that runs first runs once for the container: its
     // record, opened before the container's mount namespace hides it.
     let record = match &job.entrypoint_first {
@@ -79,7 +89,7 @@ pub(super) fn join(info: &SharedInfo, job: &Process, share: Share) -> Result<i32
     let set = process::block_watched()?;
     match sys::fork().map_err(|e| Error::Setup(format!("fork: {e}")))? {
         Fork::Child => {
-            let Err(e) = enter_and_exec(&LINUX, entry, job, record.as_ref());
+            let Err(e) = enter_and_exec(&LINUX, entry, job, record.as_ref(), &[]);
             eprintln!("berth: error: {e}");
             sys::exit_now(EXIT_BERTH)
         }
@@ -129,11 +139,15 @@ fn entrypoint_record(
 /// The start of an entrypoint record's name.
 pub(super) const ENTRYPOINT_RECORD: &str = "entrypoint-";
 
-fn enter_and_exec(
+/// Enters `entry`'s namespaces and working directory and `exec`s `job`
+/// (after the entrypoint run first, with `record`); `keep`: descriptors
+/// the command inherits besides stdio and the launcher's.
+pub(super) fn enter_and_exec(
     k: &dyn Kernel,
     entry: Entry,
     job: &Process,
     record: Option<&std::fs::File>,
+    keep: &[i32],
 ) -> Result<std::convert::Infallible> {
     if let Some(ns) = &entry.keeper_userns {
         k.setns(ns.as_fd(), Namespace::User)
@@ -191,6 +205,6 @@ fn enter_and_exec(
         &env,
         (&job.seccomp, emulate),
         Timing::off(),
-        &[],
+        keep,
     )
 }

@@ -29,6 +29,7 @@ use crate::node::{self, Deciding, Share};
 
 pub mod anchor;
 mod create;
+pub mod in_place;
 mod join;
 
 pub use anchor::anchor_main;
@@ -38,7 +39,7 @@ const DECIDE_LOCK: &str = "lock";
 
 /// What a shared container records about itself (`info.json`), for the
 /// tasks that join it, `berth ps` and `berth exec`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SharedInfo {
     /// The container's key (its name).
     pub key: String,
@@ -122,6 +123,10 @@ pub struct Placement {
     pub image: String,
     /// Which live container the task may join.
     pub reuse: Reuse,
+    /// The task's join is handed over to its caller
+    /// ([`in_place`]); the command is not run.
+    #[serde(skip)]
+    pub hand_over: bool,
 }
 
 /// Which live container under a key a task joins, and whether it may

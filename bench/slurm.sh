@@ -4,6 +4,9 @@
 # CPUs, ports 16917+, under the bench work directory):
 #
 #   true    srun -N1 -n16 -O                 [--container-image=IMG] true
+#   step    the same, as a step of one allocation held for the whole run
+#           (srun --jobid: how a job script runs its steps; berth's image
+#           keeper lives per job and node, so a new job starts one)
 #   mpi     srun --mpi=pmi2 -N1 -n16 -O      [--container-image=IMG] mpi-probe
 #   mpi3    srun --mpi=pmi2 -N3 -n6 -O       [--container-image=IMG] mpi-probe
 #
@@ -28,7 +31,7 @@ bench_defaults   # WORK BENCH_USER REGISTRY BIN_DIR ...
 RUNS=10
 SMOKE=0
 SQUASHFS_SERVER=berth
-usage() { sed -n 2,19p "$HERE/slurm.sh"; }
+usage() { sed -n 2,22p "$HERE/slurm.sh"; }
 bench_options --runs=RUNS --smoke:SMOKE=1 --squashfs-server=SQUASHFS_SERVER -- "$@"
 if ((SMOKE)); then RUNS=1; fi
 bench_int --runs "$RUNS"
@@ -49,7 +52,11 @@ install -m 0755 "$BIN_DIR/berth" "$W/bin/berth"
 mpicc.mpich -O2 -o "$W/bin/mpi-probe" "$REPO_ROOT/tests/setup/mpi/mpi-probe.c"
 CLUSTER=$W/cluster
 export BERTH_SLURM_PORT=16917
-stop_cluster() { bash "$REPO_ROOT/tests/setup/slurm_cluster.sh" down "$CLUSTER" > /dev/null 2>&1 || true; }
+ALLOC=
+stop_cluster() {
+    if [[ $ALLOC ]]; then scancel "$ALLOC" > /dev/null 2>&1 || true; fi
+    bash "$REPO_ROOT/tests/setup/slurm_cluster.sh" down "$CLUSTER" > /dev/null 2>&1 || true
+}
 trap stop_cluster EXIT
 BERTH_SPANK_PLUGIN=$BIN_DIR/libberth_spank.so BERTH_SPANK_BERTH=$W/bin/berth \
     bash "$REPO_ROOT/tests/setup/slurm_cluster.sh" up "$CLUSTER" 3 > "$W/logs/cluster.log" 2>&1 \
@@ -69,6 +76,7 @@ run_case() {   # CASE VARIANT
     local shape opts=() cmd=(true) s e
     case $1 in
         true) shape=(-N1 -n16 -O) ;;
+        step) shape=(--jobid="$ALLOC" -N1 -n16 -O) ;;
         mpi) shape=(--mpi=pmi2 -N1 -n16 -O); cmd=(mpi-probe) ;;
         mpi3) shape=(--mpi=pmi2 -N3 -n6 -O); cmd=(mpi-probe) ;;
     esac
@@ -90,7 +98,10 @@ run_case() {   # CASE VARIANT
     fi
 }
 
-CASES=(true mpi mpi3)
+# The allocation the step case's sruns are steps of (released on exit).
+ALLOC=$(as_user env SLURM_CONF="$SLURM_CONF" salloc -N1 -n1 --no-shell 2>&1 | sed -n 's/.*Granted job allocation \([0-9]*\).*/\1/p')
+[[ $ALLOC ]] || die "salloc --no-shell gave no allocation"
+CASES=(true step mpi mpi3)
 VARIANTS=(native shared per-task)
 TSV=$W/logs/rounds.tsv
 : > "$TSV"

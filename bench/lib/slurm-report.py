@@ -19,9 +19,11 @@ import sys
 
 from stats import host_facts, per_round_ratios, read_json
 
-CASES = ["true", "mpi", "mpi3"]
+CASES = ["true", "step", "mpi", "mpi3"]
 VARIANTS = ["native", "shared", "per-task"]
-HOW = {"true": "srun -N1 -n16 -O true", "mpi": "srun --mpi=pmi2 -N1 -n16 -O mpi-probe",
+HOW = {"true": "srun -N1 -n16 -O true",
+       "step": "srun --jobid=ALLOC -N1 -n16 -O true (a step of a held allocation)",
+       "mpi": "srun --mpi=pmi2 -N1 -n16 -O mpi-probe",
        "mpi3": "srun --mpi=pmi2 -N3 -n6 -O mpi-probe",
        "shared": "--container-image=REGISTRY/berth-test/mpich:latest (one container per node)",
        "per-task": "--container-image=... --container-mode=per-task"}

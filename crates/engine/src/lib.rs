@@ -32,6 +32,7 @@ pub mod doctor;
 pub mod entrypoint;
 pub mod environment;
 mod error;
+pub mod hand_over;
 pub mod identity;
 pub mod image;
 pub mod inject;
@@ -67,6 +68,10 @@ pub struct Launch {
     /// own (its rank, its GPUs): no other task can join with it.
     #[serde(skip)]
     pub per_task_env: bool,
+    /// The names of the command's environment that are the caller's own
+    /// values (for tasks joining in place: each keeps its own).
+    #[serde(skip)]
+    pub passed: Vec<String>,
     /// Held until the container starts.
     #[serde(skip)]
     held: Held,
@@ -224,9 +229,21 @@ pub fn prepare(
         always.apply_env(e);
         requested.apply_env(e);
     }
-    // Variables worked out from the task's own (its rank, its GPUs): no
-    // other task of a shared container can take them over.
-    let per_task_env = !launcher.is_empty()
+    // For tasks joining in place: the names each keeps its own value of,
+    // and whether a value is worked out from the task's own (its rank;
+    // its GPUs, which the injection plans chose from its variables).
+    let (passed, derived) = match &req.shared {
+        Some(s) if s.hand_over => hand_over::own_values(&caller.env, |host| {
+            let mut e = semantics::environment(&defaults, &user, host, &fixed)?;
+            e.extend(launcher::pytorch(&image_env, host, &e));
+            e.retain(|(k, _)| !req.unset_env.contains(k));
+            always.apply_env(&mut e);
+            requested.apply_env(&mut e);
+            Ok(e)
+        })?,
+        _ => (Vec::new(), false),
+    };
+    let per_task_env = derived
         || [&always, &requested]
             .iter()
             .any(|p| p.env.iter().any(|e| e.name.ends_with("_VISIBLE_DEVICES")));
@@ -430,6 +447,7 @@ pub fn prepare(
         }),
         save: save_job,
         per_task_env,
+        passed,
         held: Held {
             image_file: found.file,
             node_lock: found.lock,

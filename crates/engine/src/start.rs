@@ -18,6 +18,7 @@ pub fn run(launch: Launch) -> Result<i32> {
         held,
         save,
         per_task_env,
+        passed,
         ..
     } = launch;
     let Held {
@@ -36,6 +37,11 @@ pub fn run(launch: Launch) -> Result<i32> {
             }
             Ok(code)
         }
+        Some(placement) if placement.hand_over && spec.process.entrypoint_first.is_some() => {
+            Ok(shared::in_place::print_hand_over(&HandOver::PerTask(
+                "the entrypoint runs first in each task".into(),
+            ))?)
+        }
         Some(placement) if placement.hand_over && per_task_env => {
             Ok(shared::in_place::print_hand_over(&HandOver::PerTask(
                 "the command's environment is worked out per task (a rank or a GPU selection)"
@@ -47,7 +53,7 @@ pub fn run(launch: Launch) -> Result<i32> {
             let mut let_go = || drop(node_lock.take());
             let placed = shared::place(&spec, &placement, image_file.as_ref(), &mut let_go)?;
             if placement.hand_over {
-                return Ok(placed.hand_over()?);
+                return Ok(placed.hand_over(&passed)?);
             }
             Ok(placed.join()?)
         }

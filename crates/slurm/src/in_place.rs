@@ -17,21 +17,26 @@ use std::process::{Child, Command, Stdio};
 
 use berth_runtime::shared::in_place::{self, HandOver, JoinPlan};
 
-/// Whether a task started as `cmd` (berth's command line, as
-/// [`crate::options::berth_argv`] builds it) may join in place: a shared
-/// container of the step whose command runs without an entrypoint first.
-/// Named containers keep their own path (they outlive steps).
-pub fn eligible(cmd: &[String]) -> bool {
-    let has = |flag: &str| cmd.iter().any(|a| a == flag);
-    has("--shared") && !has("--entrypoint-first") && !has("--name") && !has("--linger")
+use crate::options::{Mode, Options};
+
+/// Whether the tasks of a step with `opts` may join in place: the step's
+/// shared container, its command run without an entrypoint first.
+/// Named containers (they outlive steps), saved ones (each task's own)
+/// and environment files (their values may be expanded from each task's
+/// variables) keep berth per task.
+pub fn eligible(opts: &Options) -> bool {
+    opts.mode == Mode::Shared
+        && opts.name.is_none()
+        && opts.save.is_none()
+        && opts.environment.is_none()
+        && !opts.entrypoint
 }
 
-/// berth's command line that hands the join over (`--hand-over` after
-/// `run`).
+/// berth's command line (`BERTH run ...`, as
+/// [`crate::options::berth_argv`] builds it) that hands the join over.
 pub fn hand_over_argv(cmd: &[String]) -> Vec<String> {
     let mut out = cmd.to_vec();
-    let at = out.iter().position(|a| a == "run").map_or(1, |i| i + 1);
-    out.insert(at.min(out.len()), "--hand-over".into());
+    out.insert(2.min(out.len()), "--hand-over".into());
     out
 }
 
@@ -43,11 +48,11 @@ fn plan_file(dir: &Path, cmd: &[String]) -> PathBuf {
     dir.join(format!("plan-{:016x}.json", h.finish()))
 }
 
-/// Joins the task's shared container in place and `exec`s `argv`: does
-/// not return then. Returns when the task must start berth itself as
-/// before (`cmd`), having changed nothing; ends the task with berth's
+/// Joins the task's shared container `key` in place and `exec`s `argv`:
+/// does not return then. Returns when the task must start berth itself
+/// as before (`cmd`), having changed nothing; ends the task with berth's
 /// exit code where berth (or the join) failed, berth's message shown.
-pub fn join(cmd: &[String], env: &[(String, String)], argv: &[String]) {
+pub fn join(cmd: &[String], key: &str, env: &[(String, String)], argv: &[String]) {
     // The runtime reads the process's environment (its state directory,
     // the launcher's PMI descriptor): the task's, as berth would see it.
     for (k, _) in std::env::vars_os() {
@@ -59,19 +64,19 @@ pub fn join(cmd: &[String], env: &[(String, String)], argv: &[String]) {
             std::env::set_var(k, v);
         }
     }
-    if let Err(e) = try_join(cmd, env, argv) {
+    if let Err(e) = try_join(cmd, key, env, argv) {
         eprintln!("berth: error: {e}");
         berth_runtime::sys::exit_now(berth_runtime::error::EXIT_BERTH);
     }
 }
 
 /// [`join`]; `Ok` where the task starts berth itself.
-fn try_join(cmd: &[String], env: &[(String, String)], argv: &[String]) -> Result<(), String> {
-    let key = cmd
-        .iter()
-        .position(|a| a == "--shared")
-        .and_then(|i| cmd.get(i + 1))
-        .ok_or("no --shared key")?;
+fn try_join(
+    cmd: &[String],
+    key: &str,
+    env: &[(String, String)],
+    argv: &[String],
+) -> Result<(), String> {
     let dir = in_place::container_dir(key).map_err(|e| e.to_string())?;
     let path = plan_file(&dir, cmd);
     // One task of the step prepares; the others wait for its plan.
@@ -186,22 +191,32 @@ mod tests {
 
     #[test]
     fn only_plain_shared_steps_join_in_place() {
-        let shared = v(&[
-            "berth",
-            "run",
-            "--entrypoint=",
-            "--shared",
-            "k",
-            "img",
-            "true",
-        ]);
-        assert!(eligible(&shared));
-        for extra in ["--entrypoint-first", "--name", "--linger"] {
-            let mut c = shared.clone();
-            c.insert(2, extra.into());
-            assert!(!eligible(&c), "{extra}");
+        assert!(eligible(&Options::default()));
+        let not = [
+            Options {
+                mode: Mode::PerTask,
+                ..Options::default()
+            },
+            Options {
+                name: Some("n".into()),
+                ..Options::default()
+            },
+            Options {
+                save: Some("x.sqsh".into()),
+                ..Options::default()
+            },
+            Options {
+                environment: Some("edf".into()),
+                ..Options::default()
+            },
+            Options {
+                entrypoint: true,
+                ..Options::default()
+            },
+        ];
+        for o in not {
+            assert!(!eligible(&o), "{o:?}");
         }
-        assert!(!eligible(&v(&["berth", "run", "img", "true"])));
     }
 
     #[test]
@@ -224,6 +239,11 @@ mod tests {
                 "img",
                 "run"
             ])
+        );
+        // A command's own words are never taken for berth's.
+        assert_eq!(
+            hand_over_argv(&v(&["b", "run", "img", "app", "run", "--shared"])),
+            v(&["b", "run", "--hand-over", "img", "app", "run", "--shared"])
         );
     }
 

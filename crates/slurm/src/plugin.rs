@@ -392,8 +392,9 @@ unsafe impl Plugin for BerthPlugin {
         // A step's tasks join its shared container from here, as Pyxis's
         // do: only the first of a node starts berth (returns where the
         // task must run berth itself).
-        if crate::in_place::eligible(&cmd) {
-            crate::in_place::join(&cmd, &env, &task.argv);
+        if crate::in_place::eligible(&opts) {
+            let key = options::key(&opts, &task);
+            crate::in_place::join(&cmd, &key, &env, &task.argv);
         }
         // Slurm 22.05 has no spank_prepend_task_argv: the task becomes
         // berth here, with the environment Slurm built for it (PMI

@@ -4,7 +4,7 @@
 //! container stays while any task's command runs.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::slurm_spank::{image, sandbox, slurm};
 
@@ -41,8 +41,39 @@ fn tasks_join_the_nodes_container_from_slurmstepd() {
         assert!(l[4..].join(" ").contains("Debian GNU/Linux 12"), "{out}");
     }
 
-    // Task 0 ends at once; the container stays for task 1's command,
-    // which holds its share (berth ps lists it meanwhile), and goes with it.
+    // A command's own words are not berth's options, in shared and in
+    // per-task mode.
+    for mode in ["--container-mode=shared", "--container-mode=per-task"] {
+        let out = slurm(
+            &sb,
+            "/usr/bin/srun",
+            &[
+                "-N1",
+                "-n2",
+                "-O",
+                mode,
+                &img,
+                "sh",
+                "-c",
+                "echo $1 $2",
+                "sh",
+                "--shared",
+                "--entrypoint-first",
+            ],
+        )
+        .ok()
+        .stdout();
+        assert_eq!(
+            out.lines().collect::<Vec<_>>(),
+            ["--shared --entrypoint-first"; 2],
+            "{mode}: {out}"
+        );
+    }
+
+    // Task 0 ends at once; the container stays for task 1's command
+    // (berth ps lists it meanwhile), though that command closed every
+    // descriptor it inherited, its share of the container included, and
+    // goes with it.
     let srun = sb.env.var("BERTH_IT_SLURM_CONF");
     let mut c = sb.command(
         Path::new("/usr/bin/srun"),
@@ -53,21 +84,22 @@ fn tasks_join_the_nodes_container_from_slurmstepd() {
             &img,
             "sh",
             "-c",
-            "[ $SLURM_PROCID = 0 ] && exit 0; sleep 4; cat /etc/debian_version",
+            "[ $SLURM_PROCID = 0 ] && exit 0; exec python3 -c 'import os, time; os.closerange(3, 65536); time.sleep(4); print(open(\"/etc/debian_version\").read().strip())'",
         ],
     );
     c.env("SLURM_CONF", srun);
     c.stdout(std::process::Stdio::piped());
+    c.stderr(std::process::Stdio::piped());
     let step = c.spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(3);
-    let mut listed = String::new();
-    while Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(300));
-        listed = sb.run(&["ps"]).ok().stdout();
-        if listed.contains("slurm-") {
-            break;
-        }
+    let listed = |sb: &crate::harness::Sandbox| sb.run(&["ps"]).ok().stdout().contains("slurm-");
+    let started = std::time::Instant::now();
+    while !listed(&sb) && started.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
     }
+    // Then well after task 0 ended and task 1 closed its descriptors (an
+    // anchor without tasks leaves within 0.1 s).
+    std::thread::sleep(Duration::from_millis(1500));
+    let listed = sb.run(&["ps"]).ok().stdout();
     let out = crate::harness::Out(step.wait_with_output().unwrap()).ok();
     assert!(
         listed.contains("slurm-"),

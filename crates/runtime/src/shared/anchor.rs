@@ -141,7 +141,18 @@ fn hold(k: &dyn Kernel, anchor: Anchor) -> ! {
     process::not_dumpable();
     let _ = rustix::io::write(&anchor.ready, b"r");
     drop(anchor.ready);
-    node::serve_until_idle(&anchor.lease, anchor.linger, POLL, || true);
+    loop {
+        node::serve_until_idle(&anchor.lease, anchor.linger, POLL, || true);
+        // Idle, both locks held. A task that joined in place holds its
+        // share with a descriptor its command inherited and may close:
+        // the container stays while any process runs in it.
+        if super::processes_in(std::process::id() as i32) == 0 {
+            break;
+        }
+        use rustix::fs::{flock, FlockOperation};
+        let _ = flock(&anchor.lease.users, FlockOperation::Unlock);
+        let _ = flock(&anchor.lease.decide, FlockOperation::Unlock);
+    }
     // The record is outside this mount namespace; the next task sees the
     // anchor gone (its pid dead) and the record is replaced then.
     sys::exit_now(0)

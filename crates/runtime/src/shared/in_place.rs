@@ -62,15 +62,14 @@ pub enum HandOver {
 
 impl JoinPlan {
     /// The plan for `job` in `info`'s container, prepared with the
-    /// environment `host`.
-    pub fn new(info: &SharedInfo, job: &Process, host: &[(String, String)]) -> Self {
-        let host_value = |k: &str| host.iter().find(|(n, _)| n == k).map(|(_, v)| v);
-        let passed = job
-            .env
-            .iter()
-            .filter(|(k, v)| host_value(k) == Some(v))
-            .map(|(k, _)| k.clone())
-            .collect();
+    /// environment `host`; `passed`: the names of `job`'s environment that
+    /// are the caller's own values.
+    pub fn new(
+        info: &SharedInfo,
+        job: &Process,
+        host: &[(String, String)],
+        passed: &[String],
+    ) -> Self {
         let dropped = host
             .iter()
             .filter(|(k, _)| !job.env.iter().any(|(n, _)| n == k))
@@ -91,7 +90,7 @@ impl JoinPlan {
             },
             root_emulation: job.root_emulation,
             env: job.env.clone(),
-            passed,
+            passed: passed.to_vec(),
             dropped,
         }
     }
@@ -130,9 +129,10 @@ impl JoinPlan {
 
 impl Placed {
     /// `--hand-over`: prints the [`JoinPlan`] of this task's command as
-    /// one JSON line and holds the share until standard input closes (the
-    /// caller has taken its own share by then).
-    pub fn hand_over(self) -> Result<i32> {
+    /// one JSON line (`passed`: see [`JoinPlan::new`]) and holds the share
+    /// until standard input closes (the caller has taken its own share by
+    /// then).
+    pub fn hand_over(self, passed: &[String]) -> Result<i32> {
         if self.job.entrypoint_first.is_some() {
             return print_hand_over(&HandOver::PerTask(
                 "the entrypoint runs first in each task".into(),
@@ -141,7 +141,7 @@ impl Placed {
         let host: Vec<(String, String)> = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .collect();
-        let plan = JoinPlan::new(&self.info, &self.job, &host);
+        let plan = JoinPlan::new(&self.info, &self.job, &host, passed);
         print_hand_over(&HandOver::Plan(Box::new(plan)))?;
         let mut sink = std::io::sink();
         let _ = std::io::copy(&mut std::io::stdin().lock(), &mut sink);
@@ -229,7 +229,7 @@ mod tests {
             .collect()
     }
 
-    fn plan(host: &[(&str, &str)], env: &[(&str, &str)]) -> JoinPlan {
+    fn plan(host: &[(&str, &str)], env: &[(&str, &str)], passed: &[&str]) -> JoinPlan {
         let job = Process {
             argv: vec!["true".into()],
             env: kv(env),
@@ -254,7 +254,8 @@ mod tests {
             env: Vec::new(),
             namespaces: Vec::new(),
         };
-        JoinPlan::new(&info, &job, &kv(host))
+        let passed: Vec<String> = passed.iter().map(|s| s.to_string()).collect();
+        JoinPlan::new(&info, &job, &kv(host), &passed)
     }
 
     #[test]
@@ -274,6 +275,7 @@ mod tests {
                 ("TERM", "xterm"),
                 ("HOME", "/home/u"),
             ],
+            &["SLURM_PROCID", "TERM"],
         );
         let env = p.env_for(&kv(&[
             ("SLURM_PROCID", "7"),
@@ -299,7 +301,7 @@ mod tests {
 
     #[test]
     fn the_hand_over_line_round_trips() {
-        let h = HandOver::Plan(Box::new(plan(&[("A", "1")], &[("A", "1")])));
+        let h = HandOver::Plan(Box::new(plan(&[("A", "1")], &[("A", "1")], &["A"])));
         let line = serde_json::to_string(&h).unwrap();
         assert_eq!(serde_json::from_str::<HandOver>(&line).unwrap(), h);
         let per = HandOver::PerTask("why".into());

@@ -97,7 +97,7 @@ pub(crate) fn private_dir(dir: &Path) -> Result<()> {
 }
 
 /// Opens (creating) the lock file `path`, mode 0600.
-pub(crate) fn open_lock(path: &Path) -> Result<File> {
+pub fn open_lock(path: &Path) -> Result<File> {
     OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -108,7 +108,7 @@ pub(crate) fn open_lock(path: &Path) -> Result<File> {
 }
 
 /// `flock(f, op)`, the path named on failure.
-pub(crate) fn lock(f: &File, op: FlockOperation, path: &Path) -> Result<()> {
+pub fn lock(f: &File, op: FlockOperation, path: &Path) -> Result<()> {
     flock(f, op).map_err(|e| Error::sys("lock", Some(path.into()), e))
 }
 

@@ -189,8 +189,16 @@ fn split_kv(item: &str) -> Option<(&str, &str)> {
     item.split_once('=')
 }
 
-fn valid_name(name: &str) -> bool {
+/// Whether `name` can name an environment variable (not empty, no `=`,
+/// no NUL).
+pub fn valid_name(name: &str) -> bool {
     !name.is_empty() && !name.contains('\0') && !name.contains('=')
+}
+
+/// Whether the caller's variable `name` passes below the image's under
+/// [`UserRequest::env_below_image`] (the Slurm plugin's policy).
+pub fn passes_below_image(name: &str) -> bool {
+    valid_name(name) && !NOT_BELOW_IMAGE.contains(&name)
 }
 
 /// Parses `--env-file` text: `NAME=VALUE` lines, `NAME` alone takes the
@@ -222,7 +230,7 @@ pub fn environment(
     let mut env: Vec<(String, String)> = vec![("PATH".to_string(), DEFAULT_PATH.to_string())];
     if req.env_below_image {
         for (k, v) in host {
-            if valid_name(k) && !NOT_BELOW_IMAGE.contains(&k.as_str()) {
+            if passes_below_image(k) {
                 set(&mut env, k, v);
             }
         }

@@ -9,13 +9,17 @@
 //! settings differ (a rank or GPU selection worked out per task, an
 //! entrypoint run first), each task starts berth as before.
 
-use std::fs::File;
 use std::hash::{Hash, Hasher};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+use rustix::fs::FlockOperation;
+
+use berth_runtime::node;
+use berth_runtime::semantics::valid_name;
 use berth_runtime::shared::in_place::{self, HandOver, JoinPlan};
+use berth_runtime::{shared, state};
 
 use crate::options::{Mode, Options};
 
@@ -60,7 +64,7 @@ pub fn join(cmd: &[String], key: &str, env: &[(String, String)], argv: &[String]
     }
     // (set_var panics on a name that is empty or holds `=` or NUL.)
     for (k, v) in env {
-        if !k.is_empty() && !k.contains(['=', '\0']) && !v.contains('\0') {
+        if valid_name(k) && !v.contains('\0') {
             std::env::set_var(k, v);
         }
     }
@@ -77,13 +81,12 @@ fn try_join(
     env: &[(String, String)],
     argv: &[String],
 ) -> Result<(), String> {
-    let dir = in_place::container_dir(key).map_err(|e| e.to_string())?;
+    let dir = shared::container_dir(key).map_err(|e| e.to_string())?;
     let path = plan_file(&dir, cmd);
     // One task of the step prepares; the others wait for its plan.
     let lock_path = dir.join("plan.lock");
-    let lock = File::create(&lock_path).map_err(|e| format!("{}: {e}", lock_path.display()))?;
-    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
-        .map_err(|e| format!("lock {}: {e}", lock_path.display()))?;
+    let lock = node::open_lock(&lock_path).map_err(|e| e.to_string())?;
+    node::lock(&lock, FlockOperation::LockExclusive, &lock_path).map_err(|e| e.to_string())?;
     let mut lock = Some(lock);
     for _ in 0..3 {
         let (handed, mut helper) = match read_plan(&path) {
@@ -164,20 +167,14 @@ fn release(helper: &mut Option<Child>) {
 }
 
 fn read_plan(path: &Path) -> Option<HandOver> {
-    let text = std::fs::read_to_string(path).ok()?;
-    serde_json::from_str(&text).ok()
+    serde_json::from_str(&state::read(path).ok()?).ok()
 }
 
 /// Keeps `h` for the step's other tasks (written whole, then renamed; a
 /// failure only costs them a berth run of their own).
 fn write_plan(path: &Path, h: &HandOver) {
-    let Ok(text) = serde_json::to_string(h) else {
-        return;
-    };
-    let tmp = path.with_extension("tmp");
-    let written = File::create(&tmp).and_then(|mut f| f.write_all(text.as_bytes()));
-    if written.is_ok() {
-        let _ = std::fs::rename(&tmp, path);
+    if let Ok(text) = serde_json::to_string(h) {
+        let _ = state::write(path, text.as_bytes());
     }
 }
 

@@ -70,15 +70,22 @@ impl Eq for Compiled {}
 /// Shown as `default`, `unconfined` or the profile's path.
 impl serde::Serialize for Seccomp {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        match self {
-            Seccomp::Default => s.serialize_str("default"),
-            Seccomp::Unconfined => s.serialize_str("unconfined"),
-            Seccomp::Profile(c) => s.serialize_str(&c.file.to_string_lossy()),
-        }
+        s.serialize_str(&self.setting())
     }
 }
 
 impl Seccomp {
+    /// The value of `--security-opt seccomp=` that gives this filter
+    /// (`default`, `unconfined` or the profile's path): what
+    /// [`Seccomp::parse`] takes back.
+    pub fn setting(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            Seccomp::Default => "default".into(),
+            Seccomp::Unconfined => "unconfined".into(),
+            Seccomp::Profile(c) => c.file.to_string_lossy(),
+        }
+    }
+
     /// Parses the value of `--security-opt seccomp=VALUE` for a command in
     /// `mode`: `default`, `unconfined`, or the path of a profile (Docker's
     /// or the OCI format), compiled now for what the command will hold.

@@ -19,7 +19,7 @@ use crate::container::Process;
 use crate::error::{Error, Result};
 use crate::node::Deciding;
 use crate::seccomp::{RootEmulation, Seccomp};
-use crate::semantics::NOT_BELOW_IMAGE;
+use crate::semantics::passes_below_image;
 use crate::sys::LINUX;
 
 /// What a task needs to join a live shared container without berth: the
@@ -80,14 +80,7 @@ impl JoinPlan {
             argv: job.argv.clone(),
             workdir: job.workdir.clone(),
             argv0_fallback: job.argv0_fallback,
-            seccomp: match &job.seccomp {
-                Seccomp::Default => "default".into(),
-                Seccomp::Unconfined => "unconfined".into(),
-                Seccomp::Profile(_) => serde_json::to_value(&job.seccomp)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default(),
-            },
+            seccomp: job.seccomp.setting().into_owned(),
             root_emulation: job.root_emulation,
             env: job.env.clone(),
             passed: passed.to_vec(),
@@ -115,11 +108,7 @@ impl JoinPlan {
         out.extend(
             task.iter()
                 .filter(|(k, _)| {
-                    !known.contains(k)
-                        && !dropped.contains(k.as_str())
-                        && !NOT_BELOW_IMAGE.contains(&k.as_str())
-                        && !k.is_empty()
-                        && !k.contains('=')
+                    !known.contains(k) && !dropped.contains(k.as_str()) && passes_below_image(k)
                 })
                 .cloned(),
         );
@@ -132,12 +121,9 @@ impl Placed {
     /// one JSON line (`passed`: see [`JoinPlan::new`]) and holds the share
     /// until standard input closes (the caller has taken its own share by
     /// then).
+    /// The caller has sent a command with an entrypoint run first to
+    /// [`HandOver::PerTask`] already.
     pub fn hand_over(self, passed: &[String]) -> Result<i32> {
-        if self.job.entrypoint_first.is_some() {
-            return print_hand_over(&HandOver::PerTask(
-                "the entrypoint runs first in each task".into(),
-            ));
-        }
         let host: Vec<(String, String)> = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .collect();
@@ -159,15 +145,6 @@ pub fn print_hand_over(h: &HandOver) -> Result<i32> {
         .and_then(|()| out.flush())
         .map_err(|e| Error::Setup(format!("cannot write the join plan: {e}")))?;
     Ok(0)
-}
-
-/// The directory of shared container `key` (made, private, if missing):
-/// where a caller keeps what it shares with the container's other tasks.
-pub fn container_dir(key: &str) -> Result<std::path::PathBuf> {
-    super::validate_key(key)?;
-    let dir = containers_dir()?.join(key);
-    crate::node::private_dir(&dir)?;
-    Ok(dir)
 }
 
 /// Joins `plan`'s container from this process and `exec`s `argv` with

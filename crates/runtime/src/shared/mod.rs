@@ -177,6 +177,15 @@ fn containers_dir() -> Result<PathBuf> {
     Ok(node::state_dir()?.join("containers"))
 }
 
+/// The directory of shared container `key` (made, private, if missing):
+/// its record and locks, and what its tasks share.
+pub fn container_dir(key: &str) -> Result<PathBuf> {
+    validate_key(key)?;
+    let dir = containers_dir()?.join(key);
+    node::private_dir(&dir)?;
+    Ok(dir)
+}
+
 fn anchor_alive(info: &SharedInfo) -> bool {
     node::proc_start(info.pid).is_some_and(|(t, zombie)| t == info.start_time && !zombie)
 }
@@ -234,9 +243,7 @@ pub fn place(
         ));
     }
     let key = &placement.key;
-    validate_key(key)?;
-    let dir = containers_dir()?.join(key);
-    node::private_dir(&dir)?;
+    let dir = container_dir(key)?;
     let wanted = fingerprint(spec);
     loop {
         let deciding = Deciding::begin(&dir, DECIDE_LOCK)?;

@@ -144,39 +144,59 @@ fn subid_ranges(uid: u32, gid: u32) -> Option<((u32, u32), (u32, u32))> {
     (on_path("newuidmap") && on_path("newgidmap")).then_some((u, g))
 }
 
-/// A shell that waits for a line on stdin, then maps the caller's
-/// namespace with newuidmap and newgidmap.
-struct MapHelper(std::process::Child);
+/// Two shells that wait for a line on stdin, then map the caller's
+/// namespace, one with newuidmap and one with newgidmap, at once (each
+/// `exec`s its helper: a map costs one shell and one setuid helper, and
+/// the two run side by side).
+struct MapHelper(Vec<std::process::Child>);
 
 impl MapHelper {
     fn spawn(uid: u32, gid: u32, u: (u32, u32), g: (u32, u32)) -> Option<Self> {
         let pid = std::process::id();
-        let script = format!(
-            "read go || exit 1; newuidmap {pid} 0 {uid} 1 1 {} {} && newgidmap {pid} 0 {gid} 1 1 {} {}",
-            u.0, u.1, g.0, g.1
-        );
-        Command::new("/bin/sh")
-            .arg("-c")
-            .arg(script)
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .ok()
-            .map(MapHelper)
+        let mut children = Vec::with_capacity(2);
+        for (tool, id, (start, count)) in [("newuidmap", uid, u), ("newgidmap", gid, g)] {
+            let script = format!("read go || exit 1; exec {tool} {pid} 0 {id} 1 1 {start} {count}");
+            let child = Command::new("/bin/sh")
+                .arg("-c")
+                .arg(script)
+                .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn();
+            match child {
+                Ok(c) => children.push(c),
+                // The other shell reads end of file and exits unused.
+                Err(_) => {
+                    for c in children {
+                        let _ = c.wait_with_output();
+                    }
+                    return None;
+                }
+            }
+        }
+        Some(MapHelper(children))
     }
 
-    /// Lets the helper map (the namespace exists now) and waits for it.
-    fn finish(mut self) -> std::result::Result<(), String> {
-        if let Some(mut stdin) = self.0.stdin.take() {
-            stdin.write_all(b"go\n").map_err(|e| e.to_string())?;
+    /// Lets the helpers map (the namespace exists now) and waits for both.
+    fn finish(self) -> std::result::Result<(), String> {
+        let mut children = self.0;
+        for c in &mut children {
+            if let Some(mut stdin) = c.stdin.take() {
+                stdin.write_all(b"go\n").map_err(|e| e.to_string())?;
+            }
         }
-        let out = self.0.wait_with_output().map_err(|e| e.to_string())?;
-        if out.status.success() {
+        let mut failed = Vec::new();
+        for c in children {
+            let out = c.wait_with_output().map_err(|e| e.to_string())?;
+            if !out.status.success() {
+                failed.push(String::from_utf8_lossy(&out.stderr).trim().to_string());
+            }
+        }
+        if failed.is_empty() {
             Ok(())
         } else {
-            Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+            Err(failed.join("; "))
         }
     }
 }

@@ -107,6 +107,43 @@ pub fn open_lock(path: &Path) -> Result<File> {
         .map_err(|e| Error::io("open", path, e))
 }
 
+/// Takes the lock file `name` in `dir` exclusively, waiting for its
+/// holder, and makes `dir` (private) where it is missing.
+///
+/// `berth ps` removes the directory of a dead shared container under its
+/// decision lock. A caller that opened a lock of that directory before and
+/// waited for it would then hold a lock nobody else can find, in a
+/// directory that is gone (and one that came just after would find no
+/// directory to open it in): this makes the directory again and takes the
+/// new lock instead.
+pub fn lock_linked(dir: &Path, name: &str) -> Result<File> {
+    let path = dir.join(name);
+    loop {
+        let file = match open_lock(&path) {
+            Err(_) if !dir.exists() => {
+                private_dir(dir)?;
+                continue;
+            }
+            opened => opened?,
+        };
+        lock(&file, FlockOperation::LockExclusive, &path)?;
+        if still_linked(&file, &path) {
+            return Ok(file);
+        }
+        private_dir(dir)?;
+    }
+}
+
+/// Whether `path` still names the open file `f` (not removed, nor
+/// replaced, since it was opened).
+fn still_linked(f: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (f.metadata(), fs::metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
 /// `flock(f, op)`, the path named on failure.
 pub fn lock(f: &File, op: FlockOperation, path: &Path) -> Result<()> {
     flock(f, op).map_err(|e| Error::sys("lock", Some(path.into()), e))
@@ -191,13 +228,11 @@ pub struct Deciding {
 
 impl Deciding {
     /// Takes `dir`'s decision lock `decide`, waiting for other clients and
-    /// for a server on its way out.
+    /// for a server on its way out (see [`lock_linked`]: a directory
+    /// removed meanwhile is made again).
     pub fn begin(dir: &Path, decide: &str) -> Result<Self> {
-        let path = dir.join(decide);
-        let lock_file = open_lock(&path)?;
-        lock(&lock_file, FlockOperation::LockExclusive, &path)?;
         Ok(Deciding {
-            lock: lock_file,
+            lock: lock_linked(dir, decide)?,
             users: dir.join("users.lock"),
         })
     }
@@ -345,6 +380,34 @@ mod tests {
         let (why, took) = server.join().unwrap();
         assert_eq!(why, Served::Idle);
         assert!(took >= Duration::from_millis(500), "{took:?}");
+    }
+
+    /// `berth ps` removing a dead container's directory while a client
+    /// waits for its decision lock: the client decides under a lock that
+    /// is found at its path again, in the directory made anew.
+    #[test]
+    fn a_decision_survives_its_directory_removed_meanwhile() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("containers").join("k");
+        private_dir(&dir).unwrap();
+        let path = dir.join("lock");
+        let held = open_lock(&path).unwrap();
+        flock(&held, FlockOperation::LockExclusive).unwrap();
+        let client = {
+            let dir = dir.clone();
+            std::thread::spawn(move || Deciding::begin(&dir, "lock").map(|d| d.lock))
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        fs::remove_dir_all(&dir).unwrap();
+        drop(held);
+        let lock = client.join().unwrap().unwrap();
+        assert!(still_linked(&lock, &path), "decided under a removed lock");
+        // And the lock is the one every later client takes.
+        let other = open_lock(&path).unwrap();
+        assert_eq!(
+            flock(&other, FlockOperation::NonBlockingLockExclusive),
+            Err(rustix::io::Errno::WOULDBLOCK)
+        );
     }
 
     /// A server holding `users` exclusively (leaving) is not waited for

@@ -14,8 +14,6 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use rustix::fs::FlockOperation;
-
 use berth_runtime::node;
 use berth_runtime::semantics::valid_name;
 use berth_runtime::shared::in_place::{self, HandOver, JoinPlan};
@@ -84,9 +82,7 @@ fn try_join(
     let dir = shared::container_dir(key).map_err(|e| e.to_string())?;
     let path = plan_file(&dir, cmd);
     // One task of the step prepares; the others wait for its plan.
-    let lock_path = dir.join("plan.lock");
-    let lock = node::open_lock(&lock_path).map_err(|e| e.to_string())?;
-    node::lock(&lock, FlockOperation::LockExclusive, &lock_path).map_err(|e| e.to_string())?;
+    let lock = node::lock_linked(&dir, "plan.lock").map_err(|e| e.to_string())?;
     let mut lock = Some(lock);
     for _ in 0..3 {
         let (handed, mut helper) = match read_plan(&path) {

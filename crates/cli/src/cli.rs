@@ -81,7 +81,7 @@ pub enum Command {
     Ps(PsArgs),
     /// Remove named containers (run --name) with their changes.
     Rm(RmArgs),
-    /// Save a named container (run --name) as a squashfs file or an image in the store, as run --save does.
+    /// Save a named container (run --name) as a squashfs file or an image in the store, as run --save does; a running one is saved as its changes stand.
     Commit(CommitArgs),
     /// Build an image from a Dockerfile, rootless (RUN steps are root in a user namespace).
     Build(BuildArgs),

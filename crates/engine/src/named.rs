@@ -171,6 +171,21 @@ pub fn list(config: &Config) -> Result<Vec<Listed>> {
 /// Container `name` of the store, locked for this caller alone (no run
 /// uses it while the lock is held).
 pub fn take(config: &Config, name: &str) -> Result<(NamedContainer, PathBuf, File)> {
+    match take_or_snapshot(config, name)? {
+        (_, _, None) => Err(Error::Overlay(format!(
+            "container {name} is in use by a run: wait for it to end (berth ps -a shows it in use)"
+        ))),
+        (record, dir, Some(lock)) => Ok((record, dir, lock)),
+    }
+}
+
+/// Container `name` of the store for `berth commit`: locked as [`take`]
+/// locks it when no run uses it; read as it stands (`None` for the lock)
+/// while one does, for a snapshot of the live container.
+pub fn take_or_snapshot(
+    config: &Config,
+    name: &str,
+) -> Result<(NamedContainer, PathBuf, Option<File>)> {
     validate_name(name)?;
     let dir = containers_dir(config).join(name);
     let record = read(&dir).map_err(|_| {
@@ -181,11 +196,7 @@ pub fn take(config: &Config, name: &str) -> Result<(NamedContainer, PathBuf, Fil
     })?;
     let lock = File::open(&dir)
         .map_err(|e| Error::Usage(format!("cannot open {}: {e}", dir.display())))?;
-    if lock.try_lock().is_err() {
-        return Err(Error::Overlay(format!(
-            "container {name} is in use by a run: wait for it to end (berth ps -a shows it in use)"
-        )));
-    }
+    let lock = lock.try_lock().is_ok().then_some(lock);
     Ok((record, dir, lock))
 }
 

@@ -71,11 +71,18 @@ pub fn rm(ctx: &Context, args: RmArgs) -> Result<ExitCode> {
 
 /// `berth commit NAME TARGET`: the named container's root (its image with
 /// its changes) as a squashfs file or an image in the store, as `--save`
-/// makes it; the container stays.
+/// makes it; the container stays. A container a run uses is saved as its
+/// changes stand at that moment.
 pub fn commit(ctx: &Context, args: CommitArgs) -> Result<ExitCode> {
     let config = ctx.config()?;
     let caller = Caller::current(Instant::now())?;
-    let (record, dir, _lock) = named::take(&config, &args.name)?;
+    let (record, dir, lock) = named::take_or_snapshot(&config, &args.name)?;
+    if lock.is_none() {
+        eprintln!(
+            "berth: container {} is running: saving its changes as they are now (a file being written at this moment may be saved part-written; let its writers finish first for a consistent image)",
+            record.name
+        );
+    }
     let target = Target::parse(&args.target, &caller.cwd)?;
     let found = berth_engine::image::find(&config, &record.image_id, true).map_err(|e| {
         anyhow::anyhow!(

@@ -51,8 +51,9 @@ fn a_named_container_keeps_its_changes_until_it_is_removed() {
             "--entrypoint",
             "",
             &img,
-            "sleep",
-            "3",
+            "sh",
+            "-c",
+            "echo live > /etc/live && sleep 5",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -66,6 +67,19 @@ fn a_named_container_keeps_its_changes_until_it_is_removed() {
     sb.sh(&img, &["--name", "dev"], "true")
         .fails(125, "in use by another container");
     sb.run(&["rm", "dev"]).fails(125, "in use by a run");
+    // A running container is committed as its changes stand.
+    let upper = sb.store().join("containers/dev/upper/etc/live");
+    while !upper.exists() {
+        assert!(Instant::now() < deadline, "the holder wrote nothing");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = sb.run(&["commit", "dev", "./live.sqsh"]).ok();
+    assert!(out.stderr().contains("is running"), "{}", out.stderr());
+    let out = sb
+        .sh("./live.sqsh", &[], "cat /etc/live /etc/marker")
+        .ok()
+        .stdout();
+    assert_eq!(out, "live\nkept\n");
     assert!(holder.remove(0).wait().unwrap().success());
     // Another image under the same name is refused, saying what to do.
     let debian = sb.debian();

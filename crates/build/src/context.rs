@@ -286,11 +286,13 @@ pub fn walk(root: &Path, rel: &str, f: &mut dyn FnMut(&str, &fs::Metadata)) -> R
     } else {
         root.join(rel)
     };
-    let mut entries: Vec<_> = fs::read_dir(&dir)
-        .map_err(|e| Error::io("read", &dir, e))?
-        .flatten()
-        .map(|e| e.file_name())
-        .collect();
+    // An entry removed while the walk runs (a live container's upper
+    // directory) is skipped, not an error.
+    let listing = match fs::read_dir(&dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !rel.is_empty() => return Ok(()),
+        listing => listing.map_err(|e| Error::io("read", &dir, e))?,
+    };
+    let mut entries: Vec<_> = listing.flatten().map(|e| e.file_name()).collect();
     entries.sort();
     for name in entries {
         let name = name.to_string_lossy();
@@ -299,8 +301,10 @@ pub fn walk(root: &Path, rel: &str, f: &mut dyn FnMut(&str, &fs::Metadata)) -> R
         } else {
             format!("{rel}/{name}")
         };
-        let meta = fs::symlink_metadata(root.join(&child))
-            .map_err(|e| Error::io("inspect", root.join(&child), e))?;
+        let meta = match fs::symlink_metadata(root.join(&child)) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            meta => meta.map_err(|e| Error::io("inspect", root.join(&child), e))?,
+        };
         f(&child, &meta);
         if meta.is_dir() {
             walk(root, &child, f)?;

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use berth_config::Config;
 use berth_runtime::shared::Reuse;
 use berth_runtime::IdMode;
+use rustix::fs::FlockOperation;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -168,24 +169,42 @@ pub fn list(config: &Config) -> Result<Vec<Listed>> {
     Ok(out)
 }
 
-/// Container `name` of the store, locked for this caller alone (no run
-/// uses it while the lock is held).
-pub fn take(config: &Config, name: &str) -> Result<(NamedContainer, PathBuf, File)> {
-    match take_or_snapshot(config, name)? {
-        (_, _, None) => Err(Error::Overlay(format!(
-            "container {name} is in use by a run: wait for it to end (berth ps -a shows it in use)"
-        ))),
-        (record, dir, Some(lock)) => Ok((record, dir, lock)),
-    }
+/// The lock `berth commit` holds (shared) while it saves a container a
+/// run uses, and `berth rm` takes (exclusively) before it removes one.
+const COMMIT_LOCK: &str = "commit.lock";
+
+/// How a caller holds a named container of the store.
+#[derive(Debug)]
+pub enum Held {
+    /// No run uses it: locked as a run locks it, for this caller alone.
+    Alone(File),
+    /// A run uses it (`berth commit` reads its changes as they stand):
+    /// the commit lock, shared, so `berth rm` waits for the commit.
+    Live(File),
 }
 
-/// Container `name` of the store for `berth commit`: locked as [`take`]
-/// locks it when no run uses it; read as it stands (`None` for the lock)
-/// while one does, for a snapshot of the live container.
-pub fn take_or_snapshot(
-    config: &Config,
-    name: &str,
-) -> Result<(NamedContainer, PathBuf, Option<File>)> {
+/// Container `name` of the store, locked for this caller alone (no run
+/// uses it, and no commit reads it, while the lock is held).
+pub fn take(config: &Config, name: &str) -> Result<(NamedContainer, PathBuf, File)> {
+    let (record, dir, held) = take_or_snapshot(config, name)?;
+    let Held::Alone(lock) = held else {
+        return Err(Error::Overlay(format!(
+            "container {name} is in use by a run: wait for it to end (berth ps -a shows it in use)"
+        )));
+    };
+    let commits = open_lock(&dir)?;
+    if !try_lock(&commits, FlockOperation::NonBlockingLockExclusive, &dir)? {
+        return Err(Error::Overlay(format!(
+            "container {name} is being saved by berth commit: wait for it to end"
+        )));
+    }
+    Ok((record, dir, lock))
+}
+
+/// Container `name` of the store for `berth commit`: [`Held::Alone`] when
+/// no run uses it; [`Held::Live`] while one does, for a snapshot of the
+/// live container.
+pub fn take_or_snapshot(config: &Config, name: &str) -> Result<(NamedContainer, PathBuf, Held)> {
     validate_name(name)?;
     let dir = containers_dir(config).join(name);
     let record = read(&dir).map_err(|_| {
@@ -196,8 +215,40 @@ pub fn take_or_snapshot(
     })?;
     let lock = File::open(&dir)
         .map_err(|e| Error::Usage(format!("cannot open {}: {e}", dir.display())))?;
-    let lock = lock.try_lock().is_ok().then_some(lock);
-    Ok((record, dir, lock))
+    if try_lock(&lock, FlockOperation::NonBlockingLockExclusive, &dir)? {
+        return Ok((record, dir, Held::Alone(lock)));
+    }
+    let commits = open_lock(&dir)?;
+    if !try_lock(&commits, FlockOperation::NonBlockingLockShared, &dir)? {
+        return Err(Error::Overlay(format!(
+            "container {name} is being removed: wait for berth rm to end"
+        )));
+    }
+    Ok((record, dir, Held::Live(commits)))
+}
+
+/// The commit lock of the container in `dir`, opened (made if missing).
+fn open_lock(dir: &Path) -> Result<File> {
+    let path = dir.join(COMMIT_LOCK);
+    File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| Error::Usage(format!("cannot open {}: {e}", path.display())))
+}
+
+/// Takes `op` on `f` without waiting: whether it was free (an error other
+/// than "held by another" is an error, not "in use").
+fn try_lock(f: &File, op: FlockOperation, dir: &Path) -> Result<bool> {
+    match rustix::fs::flock(f, op) {
+        Ok(()) => Ok(true),
+        Err(rustix::io::Errno::WOULDBLOCK) => Ok(false),
+        Err(e) => Err(Error::Usage(format!(
+            "cannot lock the container {}: {e}",
+            dir.display()
+        ))),
+    }
 }
 
 /// Whether a run holds the container's directory.

@@ -87,7 +87,9 @@ pub fn enter_namespaces(k: &dyn Kernel, mode: IdMode) -> Result<(u32, u32)> {
             Err(e) => tracing::warn!("newuidmap/newgidmap failed ({e}); mapping your ids only"),
         }
     }
-    idmaps::write_id_maps(&format!("0 {uid} 1"), &format!("0 {gid} 1"))
+    // Only the maps a helper did not write (the two run side by side: one
+    // may have succeeded).
+    idmaps::write_missing_maps(&format!("0 {uid} 1"), &format!("0 {gid} 1"))
         .map_err(|e| Error::Namespace(format!("cannot write the id maps: {e}")))?;
     Ok((0, 0))
 }
@@ -147,13 +149,14 @@ fn subid_ranges(uid: u32, gid: u32) -> Option<((u32, u32), (u32, u32))> {
 /// Two shells that wait for a line on stdin, then map the caller's
 /// namespace, one with newuidmap and one with newgidmap, at once (each
 /// `exec`s its helper: a map costs one shell and one setuid helper, and
-/// the two run side by side).
+/// the two run side by side). Dropped unfinished (the namespace could not
+/// be made), the shells read end of file and exit; they are reaped then.
 struct MapHelper(Vec<std::process::Child>);
 
 impl MapHelper {
     fn spawn(uid: u32, gid: u32, u: (u32, u32), g: (u32, u32)) -> Option<Self> {
         let pid = std::process::id();
-        let mut children = Vec::with_capacity(2);
+        let mut helper = MapHelper(Vec::with_capacity(2));
         for (tool, id, (start, count)) in [("newuidmap", uid, u), ("newgidmap", gid, g)] {
             let script = format!("read go || exit 1; exec {tool} {pid} 0 {id} 1 1 {start} {count}");
             let child = Command::new("/bin/sh")
@@ -163,40 +166,44 @@ impl MapHelper {
                 .stdin(Stdio::piped())
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
-                .spawn();
-            match child {
-                Ok(c) => children.push(c),
-                // The other shell reads end of file and exits unused.
-                Err(_) => {
-                    for c in children {
-                        let _ = c.wait_with_output();
-                    }
-                    return None;
+                .spawn()
+                .ok()?;
+            helper.0.push(child);
+        }
+        Some(helper)
+    }
+
+    /// Lets the helpers map (the namespace exists now) and waits for both,
+    /// whatever either does.
+    fn finish(mut self) -> std::result::Result<(), String> {
+        let mut failed = Vec::new();
+        for c in &mut self.0 {
+            if let Some(mut stdin) = c.stdin.take() {
+                if let Err(e) = stdin.write_all(b"go\n") {
+                    failed.push(e.to_string());
                 }
             }
         }
-        Some(MapHelper(children))
-    }
-
-    /// Lets the helpers map (the namespace exists now) and waits for both.
-    fn finish(self) -> std::result::Result<(), String> {
-        let mut children = self.0;
-        for c in &mut children {
-            if let Some(mut stdin) = c.stdin.take() {
-                stdin.write_all(b"go\n").map_err(|e| e.to_string())?;
-            }
-        }
-        let mut failed = Vec::new();
-        for c in children {
-            let out = c.wait_with_output().map_err(|e| e.to_string())?;
-            if !out.status.success() {
-                failed.push(String::from_utf8_lossy(&out.stderr).trim().to_string());
+        for c in std::mem::take(&mut self.0) {
+            match c.wait_with_output() {
+                Ok(out) if out.status.success() => {}
+                Ok(out) => failed.push(String::from_utf8_lossy(&out.stderr).trim().to_string()),
+                Err(e) => failed.push(e.to_string()),
             }
         }
         if failed.is_empty() {
             Ok(())
         } else {
             Err(failed.join("; "))
+        }
+    }
+}
+
+impl Drop for MapHelper {
+    fn drop(&mut self) {
+        for mut c in std::mem::take(&mut self.0) {
+            drop(c.stdin.take());
+            let _ = c.wait();
         }
     }
 }

@@ -223,7 +223,12 @@ fn append<W: Write>(
     links: &mut HashMap<u64, String>,
 ) -> Result<()> {
     let path = root.join(rel);
-    let meta = fs::symlink_metadata(&path).map_err(|e| Error::io("inspect", &path, e))?;
+    // Gone since the walk (a live container's upper directory): nothing
+    // to write.
+    let meta = match fs::symlink_metadata(&path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        meta => meta.map_err(|e| Error::io("inspect", &path, e))?,
+    };
     let ft = meta.file_type();
     let mut h = tar::Header::new_gnu();
     h.set_mode(meta.mode() & 0o7777);
@@ -248,11 +253,22 @@ fn append<W: Write>(
             }
             links.insert(meta.ino(), rel.to_string());
         }
+        let f = match open_regular(&path) {
+            Ok(Some(f)) => f,
+            // Replaced meanwhile by something else, or gone.
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(Error::io("read", &path, e)),
+        };
+        // The size of the file opened, and exactly that many bytes: a file
+        // a live container shortens meanwhile is padded with zeros, so the
+        // archive stays whole.
+        let len = f
+            .metadata()
+            .map_err(|e| Error::io("inspect", &path, e))?
+            .len();
         h.set_entry_type(tar::EntryType::Regular);
-        h.set_size(meta.len());
-        let f = fs::File::open(&path).map_err(|e| Error::io("read", &path, e))?;
-        tar.append_data(&mut h, rel, f.take(meta.len()))
-            .map_err(err)?;
+        h.set_size(len);
+        tar.append_data(&mut h, rel, exactly(f, len)).map_err(err)?;
     } else if ft.is_fifo() {
         h.set_entry_type(tar::EntryType::Fifo);
         tar.append_data(&mut h, rel, io::empty()).map_err(err)?;
@@ -262,9 +278,50 @@ fn append<W: Write>(
     Ok(())
 }
 
+/// `len` bytes of `r`: cut where it has more, padded with zeros where it
+/// has fewer.
+fn exactly<R: Read>(r: R, len: u64) -> impl Read {
+    r.take(len).chain(io::repeat(0)).take(len)
+}
+
+/// `path` opened for reading if it is a regular file (not following a
+/// link); `None` if it is gone or is something else now.
+fn open_regular(path: &Path) -> io::Result<Option<fs::File>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = match fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ENOENT | libc::ELOOP | libc::ENXIO)
+            ) =>
+        {
+            return Ok(None)
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(f.metadata()?.is_file().then_some(f))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_that_changed_size_is_written_at_its_stated_size() {
+        let read = |data: &[u8], len| {
+            let mut out = Vec::new();
+            exactly(data, len).read_to_end(&mut out).unwrap();
+            out
+        };
+        assert_eq!(read(b"abc", 5), b"abc\0\0");
+        assert_eq!(read(b"abcdef", 4), b"abcd");
+        assert_eq!(read(b"", 0), b"");
+    }
 
     fn entries(blob: &Path) -> Vec<String> {
         let f = fs::File::open(blob).unwrap();

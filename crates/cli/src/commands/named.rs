@@ -76,8 +76,8 @@ pub fn rm(ctx: &Context, args: RmArgs) -> Result<ExitCode> {
 pub fn commit(ctx: &Context, args: CommitArgs) -> Result<ExitCode> {
     let config = ctx.config()?;
     let caller = Caller::current(Instant::now())?;
-    let (record, dir, lock) = named::take_or_snapshot(&config, &args.name)?;
-    if lock.is_none() {
+    let (record, dir, held) = named::take_or_snapshot(&config, &args.name)?;
+    if matches!(held, named::Held::Live(_)) {
         eprintln!(
             "berth: container {} is running: saving its changes as they are now (a file being written at this moment may be saved part-written; let its writers finish first for a consistent image)",
             record.name

@@ -335,25 +335,55 @@ pub fn list() -> Result<Vec<Listed>> {
     let mut out = Vec::new();
     for entry in entries.flatten() {
         let path = entry.path();
+        if entry
+            .file_name()
+            .as_encoded_bytes()
+            .starts_with(GONE.as_bytes())
+        {
+            // A removal an earlier `berth ps` did not finish: no key names it.
+            let _ = fs::remove_dir_all(&path);
+            continue;
+        }
         match read_alive(&path) {
             Some(info) => {
                 let processes = processes_in(info.pid);
                 out.push(Listed { info, processes });
             }
-            None => {
-                // Remove a dead container's directory, unless a task is
-                // deciding under its lock right now.
-                if let Ok(lock) = File::open(path.join(DECIDE_LOCK)) {
-                    use rustix::fs::{flock, FlockOperation};
-                    if flock(&lock, FlockOperation::NonBlockingLockExclusive).is_ok() {
-                        let _ = fs::remove_dir_all(&path);
-                    }
-                }
-            }
+            None => remove_dead(&path),
         }
     }
     out.sort_by(|a, b| a.info.key.cmp(&b.info.key));
     Ok(out)
+}
+
+/// The start of the name a dead container's directory is renamed to
+/// before it is removed (no key starts with a dot).
+const GONE: &str = ".gone-";
+
+/// Removes the dead container's directory `path`, unless a task is
+/// deciding under its lock right now or made it live meanwhile. It is
+/// renamed first, under the lock, to a name no key reaches, so a task that
+/// comes while it is being removed makes a fresh directory (see
+/// [`node::lock_linked`]) instead of working in one being emptied.
+fn remove_dead(path: &Path) {
+    use rustix::fs::{flock, FlockOperation};
+    let Ok(lock) = File::open(path.join(DECIDE_LOCK)) else {
+        return;
+    };
+    if flock(&lock, FlockOperation::NonBlockingLockExclusive).is_err() || read_alive(path).is_some()
+    {
+        return;
+    }
+    let Some(name) = path.file_name() else {
+        return;
+    };
+    let mut gone = std::ffi::OsString::from(GONE);
+    gone.push(name);
+    gone.push(format!("-{}", std::process::id()));
+    let gone = path.with_file_name(gone);
+    if fs::rename(path, &gone).is_ok() {
+        let _ = fs::remove_dir_all(&gone);
+    }
 }
 
 /// How many of the caller's processes share the anchor's mount namespace.
@@ -375,6 +405,29 @@ fn processes_in(anchor: i32) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A dead container's directory goes (by way of a name no key
+    /// reaches); one whose lock a task holds stays.
+    #[test]
+    fn only_an_undecided_dead_container_is_removed() {
+        use rustix::fs::{flock, FlockOperation};
+        let d = tempfile::tempdir().unwrap();
+        let dead = d.path().join("k1");
+        let busy = d.path().join("k2");
+        for dir in [&dead, &busy] {
+            fs::create_dir(dir).unwrap();
+            File::create(dir.join(DECIDE_LOCK)).unwrap();
+        }
+        let held = File::open(busy.join(DECIDE_LOCK)).unwrap();
+        flock(&held, FlockOperation::LockExclusive).unwrap();
+        remove_dead(&dead);
+        remove_dead(&busy);
+        let left: Vec<_> = fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, ["k2"]);
+    }
 
     #[test]
     fn keys() {

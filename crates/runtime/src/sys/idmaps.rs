@@ -15,6 +15,24 @@ pub fn write_id_maps(uid_line: &str, gid_line: &str) -> io::Result<()> {
     write_id_maps_of(std::process::id(), uid_line, gid_line)
 }
 
+/// [`write_id_maps`] for the maps of this process's namespace that are
+/// not written yet (a map, once written, cannot be written again; a gid
+/// map written by newgidmap needs no `setgroups` denial).
+pub fn write_missing_maps(uid_line: &str, gid_line: &str) -> io::Result<()> {
+    let pid = std::process::id();
+    let written = |name: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/{name}")).is_ok_and(|m| !m.trim().is_empty())
+    };
+    if !written("uid_map") {
+        write_proc_file(pid, "uid_map", &format!("{uid_line}\n"))?;
+    }
+    if !written("gid_map") {
+        write_proc_file(pid, "setgroups", "deny")?;
+        write_proc_file(pid, "gid_map", &format!("{gid_line}\n"))?;
+    }
+    Ok(())
+}
+
 /// [`write_id_maps`] for the process `pid` (the caller's child, whose
 /// namespace the caller may map).
 pub fn write_id_maps_of(pid: u32, uid_line: &str, gid_line: &str) -> io::Result<()> {

@@ -53,7 +53,7 @@ fn a_named_container_keeps_its_changes_until_it_is_removed() {
             &img,
             "sh",
             "-c",
-            "echo live > /etc/live && sleep 5",
+            "echo live > /etc/live && sleep 8",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -69,7 +69,7 @@ fn a_named_container_keeps_its_changes_until_it_is_removed() {
     sb.run(&["rm", "dev"]).fails(125, "in use by a run");
     // A running container is committed as its changes stand.
     let upper = sb.store().join("containers/dev/upper/etc/live");
-    while !upper.exists() {
+    while std::fs::read_to_string(&upper).ok().as_deref() != Some("live\n") {
         assert!(Instant::now() < deadline, "the holder wrote nothing");
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -286,23 +286,25 @@ pub fn walk(root: &Path, rel: &str, f: &mut dyn FnMut(&str, &fs::Metadata)) -> R
     } else {
         root.join(rel)
     };
-    // An entry removed while the walk runs (a live container's upper
-    // directory) is skipped, not an error.
+    // An entry removed (or a directory replaced) while the walk runs (a
+    // live container's upper directory) is skipped, not an error.
     let listing = match fs::read_dir(&dir) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !rel.is_empty() => return Ok(()),
+        Err(e) if !rel.is_empty() && gone(&e) => return Ok(()),
         listing => listing.map_err(|e| Error::io("read", &dir, e))?,
     };
     let mut entries: Vec<_> = listing.flatten().map(|e| e.file_name()).collect();
     entries.sort();
-    for name in entries {
-        let name = name.to_string_lossy();
+    for os_name in entries {
+        let name = os_name.to_string_lossy();
         let child = if rel.is_empty() {
             name.to_string()
         } else {
             format!("{rel}/{name}")
         };
         let meta = match fs::symlink_metadata(root.join(&child)) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            // (A name that is not UTF-8 is not found under its lossy
+            // spelling: that stays an error.)
+            Err(e) if os_name.to_str().is_some() && gone(&e) => continue,
             meta => meta.map_err(|e| Error::io("inspect", root.join(&child), e))?,
         };
         f(&child, &meta);
@@ -311,6 +313,12 @@ pub fn walk(root: &Path, rel: &str, f: &mut dyn FnMut(&str, &fs::Metadata)) -> R
         }
     }
     Ok(())
+}
+
+/// Whether `e` says a path is gone: removed, or a directory on it
+/// replaced by something else.
+pub(crate) fn gone(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR)
 }
 
 /// The content hash of COPY sources: relative paths, types, modes and

@@ -154,6 +154,8 @@ pub fn list(config: &Config) -> Result<Vec<Listed>> {
     };
     let mut out: Vec<Listed> = entries
         .flatten()
+        // A container `berth rm` is removing.
+        .filter(|e| !e.file_name().as_encoded_bytes().starts_with(b"."))
         .filter_map(|e| {
             let path = e.path();
             let record = read(&path).ok()?;
@@ -184,9 +186,9 @@ pub enum Held {
 }
 
 /// Container `name` of the store, locked for this caller alone (no run
-/// uses it, and no commit reads it, while the lock is held).
-pub fn take(config: &Config, name: &str) -> Result<(NamedContainer, PathBuf, File)> {
-    let (record, dir, held) = take_or_snapshot(config, name)?;
+/// uses it, and no commit reads it, while the locks are held).
+fn take(config: &Config, name: &str) -> Result<(PathBuf, [File; 2])> {
+    let (_, dir, held) = take_or_snapshot(config, name)?;
     let Held::Alone(lock) = held else {
         return Err(Error::Overlay(format!(
             "container {name} is in use by a run: wait for it to end (berth ps -a shows it in use)"
@@ -198,7 +200,7 @@ pub fn take(config: &Config, name: &str) -> Result<(NamedContainer, PathBuf, Fil
             "container {name} is being saved by berth commit: wait for it to end"
         )));
     }
-    Ok((record, dir, lock))
+    Ok((dir, [lock, commits]))
 }
 
 /// Container `name` of the store for `berth commit`: [`Held::Alone`] when
@@ -219,12 +221,24 @@ pub fn take_or_snapshot(config: &Config, name: &str) -> Result<(NamedContainer, 
         return Ok((record, dir, Held::Alone(lock)));
     }
     let commits = open_lock(&dir)?;
-    if !try_lock(&commits, FlockOperation::NonBlockingLockShared, &dir)? {
+    // `berth rm` holds it while it moves the directory away: gone then.
+    if !try_lock(&commits, FlockOperation::NonBlockingLockShared, &dir)?
+        || !same_file(&commits, &dir.join(COMMIT_LOCK))
+    {
         return Err(Error::Overlay(format!(
-            "container {name} is being removed: wait for berth rm to end"
+            "container {name} is being removed by berth rm"
         )));
     }
     Ok((record, dir, Held::Live(commits)))
+}
+
+/// Whether `path` still names the open file `f`.
+fn same_file(f: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (f.metadata(), std::fs::metadata(path)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
+    }
 }
 
 /// The commit lock of the container in `dir`, opened (made if missing).
@@ -345,7 +359,17 @@ pub fn remove_tree_main(args: &[String]) -> i32 {
 
 /// Removes container `name` (refused while a run uses it).
 pub fn remove(config: &Config, name: &str, berth_exe: &Path) -> Result<()> {
-    let (_, dir, _lock) = take(config, name)?;
+    let (named, _locks) = take(config, name)?;
+    // Out of reach first, under both locks: a commit or a run that comes
+    // now finds no container of this name (a run makes a new one) instead
+    // of one being emptied. Names never start with a dot.
+    let dir = named.with_file_name(format!(".rm-{name}-{}", std::process::id()));
+    std::fs::rename(&named, &dir).map_err(|e| {
+        Error::Overlay(format!(
+            "cannot remove container {name} ({}): {e}",
+            named.display()
+        ))
+    })?;
     if remove_tree(&dir).is_ok() {
         return Ok(());
     }
@@ -422,5 +446,36 @@ mod tests {
         assert!(!dir.exists());
         let err = remove(&c, "dev", Path::new("/nonexistent")).unwrap_err();
         assert!(err.to_string().contains("no container dev"), "{err}");
+    }
+
+    /// A commit of a running container and `berth rm` keep out of each
+    /// other's way: rm refuses while the commit reads, and a commit that
+    /// comes while rm removes finds nothing (not a half-emptied tree).
+    #[test]
+    fn rm_and_a_live_commit_exclude_each_other() {
+        let d = tempfile::tempdir().unwrap();
+        let c = config(d.path());
+        let dir = prepare(&c, "dev", "debian:12", "sha256:aaaa", IdMode::Identity).unwrap();
+        let run = File::open(&dir).unwrap();
+        run.try_lock().unwrap();
+        let (_, _, held) = take_or_snapshot(&c, "dev").unwrap();
+        assert!(matches!(held, Held::Live(_)));
+        drop(run);
+        let err = remove(&c, "dev", Path::new("/nonexistent")).unwrap_err();
+        assert!(err.to_string().contains("being saved"), "{err}");
+        drop(held);
+        // rm under way: it holds both locks, then moves the directory.
+        let (_, locks) = take(&c, "dev").unwrap();
+        let run = File::open(&dir).unwrap();
+        assert!(run.try_lock_shared().is_err());
+        drop(run);
+        let err = take_or_snapshot(&c, "dev").unwrap_err();
+        assert!(err.to_string().contains("being removed"), "{err}");
+        drop(locks);
+        remove(&c, "dev", Path::new("/nonexistent")).unwrap();
+        assert!(std::fs::read_dir(d.path().join("containers"))
+            .unwrap()
+            .next()
+            .is_none());
     }
 }

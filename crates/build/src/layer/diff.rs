@@ -226,7 +226,7 @@ fn append<W: Write>(
     // Gone since the walk (a live container's upper directory): nothing
     // to write.
     let meta = match fs::symlink_metadata(&path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if crate::context::gone(&e) => return Ok(()),
         meta => meta.map_err(|e| Error::io("inspect", &path, e))?,
     };
     let ft = meta.file_type();
@@ -241,7 +241,12 @@ fn append<W: Write>(
         h.set_entry_type(tar::EntryType::Directory);
         tar.append_data(&mut h, rel, io::empty()).map_err(err)?;
     } else if ft.is_symlink() {
-        let target = fs::read_link(&path).map_err(|e| Error::io("read", &path, e))?;
+        let target = match fs::read_link(&path) {
+            Err(e) if crate::context::gone(&e) || e.kind() == io::ErrorKind::InvalidInput => {
+                return Ok(())
+            }
+            target => target.map_err(|e| Error::io("read", &path, e))?,
+        };
         h.set_entry_type(tar::EntryType::Symlink);
         tar.append_link(&mut h, rel, &target).map_err(err)?;
     } else if ft.is_file() {
@@ -251,7 +256,6 @@ fn append<W: Write>(
                 tar.append_link(&mut h, rel, first).map_err(err)?;
                 return Ok(());
             }
-            links.insert(meta.ino(), rel.to_string());
         }
         let f = match open_regular(&path) {
             Ok(Some(f)) => f,
@@ -262,13 +266,21 @@ fn append<W: Write>(
         // The size of the file opened, and exactly that many bytes: a file
         // a live container shortens meanwhile is padded with zeros, so the
         // archive stays whole.
-        let len = f
-            .metadata()
-            .map_err(|e| Error::io("inspect", &path, e))?
-            .len();
+        // Its owner, mode and time too: the file opened may not be the one
+        // the path named when it was first looked at.
+        let opened = f.metadata().map_err(|e| Error::io("inspect", &path, e))?;
+        let len = opened.len();
+        h.set_mode(opened.mode() & 0o7777);
+        h.set_uid(opened.uid() as u64);
+        h.set_gid(opened.gid() as u64);
+        h.set_mtime(opened.mtime().max(0) as u64);
         h.set_entry_type(tar::EntryType::Regular);
         h.set_size(len);
         tar.append_data(&mut h, rel, exactly(f, len)).map_err(err)?;
+        // Later names of the file link to this one, now that it is written.
+        if opened.nlink() > 1 {
+            links.insert(opened.ino(), rel.to_string());
+        }
     } else if ft.is_fifo() {
         h.set_entry_type(tar::EntryType::Fifo);
         tar.append_data(&mut h, rel, io::empty()).map_err(err)?;

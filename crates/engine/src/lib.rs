@@ -196,10 +196,10 @@ pub fn prepare(
     };
     let inside = identity::inside(mode, caller);
     let fixed = identity::fixed_env(&inside, &caller.hostname);
-    let mut env = semantics::environment(&defaults, &user, &caller.env, &fixed)?;
+    let env = semantics::environment(&defaults, &user, &caller.env, &fixed)?;
     // Under the plugin's policy the entrypoint that runs first sees less
     // of the task's environment than the command (Pyxis's split).
-    let mut entry_env = match (&first, req.env_below_image) {
+    let entry_env = match (&first, req.env_below_image) {
         (Some(_), true) => {
             let host = entrypoint::imported(&caller.env, &req.env);
             Some(semantics::environment(&defaults, &user, &host, &fixed)?)
@@ -213,10 +213,6 @@ pub fn prepare(
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     let launcher = launcher::pytorch(&image_env, &caller.env, &env);
-    for e in std::iter::once(&mut env).chain(entry_env.as_mut()) {
-        e.extend(launcher.iter().cloned());
-        e.retain(|(k, _)| !req.unset_env.contains(k));
-    }
     let cwd = caller.cwd.to_str().filter(|_| !req.workdir_image);
     let workdir = semantics::workdir(&defaults, &user, cwd)?;
     // Host resources: what every run gets (site modules that apply always:
@@ -225,21 +221,26 @@ pub fn prepare(
     let annotations = inject::annotations(&req.annotations)?;
     let implicit = berth_inject::gpu::from_environment(&caller.env, &image_env);
     let (always, requested) = inject::plans(config, req, &argv[0], &annotations, implicit)?;
-    for e in std::iter::once(&mut env).chain(entry_env.as_mut()) {
-        always.apply_env(e);
-        requested.apply_env(e);
-    }
+    // The rest of an environment: the launcher's variables, the unset
+    // names gone, the host resources' variables.
+    let finish = |mut e: Vec<(String, String)>, launcher: &[(String, String)]| {
+        e.extend(launcher.iter().cloned());
+        e.retain(|(k, _)| !req.unset_env.contains(k));
+        always.apply_env(&mut e);
+        requested.apply_env(&mut e);
+        e
+    };
+    let env = finish(env, &launcher);
+    let entry_env = entry_env.map(|e| finish(e, &launcher));
     // For tasks joining in place: the names each keeps its own value of,
     // and whether a value is worked out from the task's own (its rank;
-    // its GPUs, which the injection plans chose from its variables).
+    // its GPUs, which the injection plans chose from its variables). The
+    // environment is built again as above, from marked values.
     let (passed, derived) = match &req.shared {
         Some(s) if s.hand_over => hand_over::own_values(&caller.env, |host| {
-            let mut e = semantics::environment(&defaults, &user, host, &fixed)?;
-            e.extend(launcher::pytorch(&image_env, host, &e));
-            e.retain(|(k, _)| !req.unset_env.contains(k));
-            always.apply_env(&mut e);
-            requested.apply_env(&mut e);
-            Ok(e)
+            let e = semantics::environment(&defaults, &user, host, &fixed)?;
+            let launcher = launcher::pytorch(&image_env, host, &e);
+            Ok(finish(e, &launcher))
         })?,
         _ => (Vec::new(), false),
     };

@@ -9,6 +9,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use berth_config::Config;
+use berth_runtime::node;
 use berth_runtime::shared::Reuse;
 use berth_runtime::IdMode;
 use rustix::fs::FlockOperation;
@@ -181,7 +182,8 @@ pub enum Held {
     /// No run uses it: locked as a run locks it, for this caller alone.
     Alone(File),
     /// A run uses it (`berth commit` reads its changes as they stand):
-    /// the commit lock, shared, so `berth rm` waits for the commit.
+    /// the commit lock, shared, so `berth rm` refuses until the commit
+    /// ends.
     Live(File),
 }
 
@@ -223,7 +225,7 @@ pub fn take_or_snapshot(config: &Config, name: &str) -> Result<(NamedContainer, 
     let commits = open_lock(&dir)?;
     // `berth rm` holds it while it moves the directory away: gone then.
     if !try_lock(&commits, FlockOperation::NonBlockingLockShared, &dir)?
-        || !same_file(&commits, &dir.join(COMMIT_LOCK))
+        || !node::still_linked(&commits, &dir.join(COMMIT_LOCK))
     {
         return Err(Error::Overlay(format!(
             "container {name} is being removed by berth rm"
@@ -232,24 +234,9 @@ pub fn take_or_snapshot(config: &Config, name: &str) -> Result<(NamedContainer, 
     Ok((record, dir, Held::Live(commits)))
 }
 
-/// Whether `path` still names the open file `f`.
-fn same_file(f: &File, path: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (f.metadata(), std::fs::metadata(path)) {
-        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
-        _ => false,
-    }
-}
-
 /// The commit lock of the container in `dir`, opened (made if missing).
 fn open_lock(dir: &Path) -> Result<File> {
-    let path = dir.join(COMMIT_LOCK);
-    File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| Error::Usage(format!("cannot open {}: {e}", path.display())))
+    node::open_lock(&dir.join(COMMIT_LOCK)).map_err(|e| Error::Usage(e.to_string()))
 }
 
 /// Takes `op` on `f` without waiting: whether it was free (an error other

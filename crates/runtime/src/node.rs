@@ -136,7 +136,7 @@ pub fn lock_linked(dir: &Path, name: &str) -> Result<File> {
 
 /// Whether `path` still names the open file `f` (not removed, nor
 /// replaced, since it was opened).
-fn still_linked(f: &File, path: &Path) -> bool {
+pub fn still_linked(f: &File, path: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     match (f.metadata(), fs::metadata(path)) {
         (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
@@ -145,7 +145,7 @@ fn still_linked(f: &File, path: &Path) -> bool {
 }
 
 /// `flock(f, op)`, the path named on failure.
-pub fn lock(f: &File, op: FlockOperation, path: &Path) -> Result<()> {
+pub(crate) fn lock(f: &File, op: FlockOperation, path: &Path) -> Result<()> {
     flock(f, op).map_err(|e| Error::sys("lock", Some(path.into()), e))
 }
 

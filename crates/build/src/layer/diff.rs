@@ -263,11 +263,10 @@ fn append<W: Write>(
             Ok(None) => return Ok(()),
             Err(e) => return Err(Error::io("read", &path, e)),
         };
-        // The size of the file opened, and exactly that many bytes: a file
-        // a live container shortens meanwhile is padded with zeros, so the
-        // archive stays whole.
-        // Its owner, mode and time too: the file opened may not be the one
-        // the path named when it was first looked at.
+        // The size, owner, mode and time of the file opened (it may not be
+        // the one the path named when it was first looked at), and exactly
+        // that many bytes: a file a live container shortens meanwhile is
+        // padded with zeros, so the archive stays whole.
         let opened = f.metadata().map_err(|e| Error::io("inspect", &path, e))?;
         let len = opened.len();
         h.set_mode(opened.mode() & 0o7777);

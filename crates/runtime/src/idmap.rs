@@ -13,12 +13,12 @@ use crate::sys::{self, idmaps, Kernel};
 
 /// How container user ids map to the caller's.
 ///
-/// The keeper's user namespace always maps the caller to root (0 -> U):
-/// setting up the container needs root's powers over the image's
-/// root-owned directories (creating mount points in them), which a user
-/// namespace grants only for mapped owners. An `Identity` container then
-/// enters a nested user namespace that maps the caller back to themself
-/// (U -> 0 -> U) just before `exec`.
+/// A container's user namespace is nested in its keeper's, so that the
+/// container holds no capability over the keeper, its mounts or its
+/// servers. The keeper's namespace keeps the caller's host ids
+/// ([`KeeperIds::Host`]), so the nested one's maps read as host ids, as
+/// Pyxis and enroot show them: `U U 1` for an `Identity` container, `0 U 1`
+/// (after the subordinate range, when there is one) for `FakeRoot`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum IdMode {
@@ -57,9 +57,29 @@ impl IdMode {
     }
 }
 
+/// Which ids the caller has inside a keeper's user namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeeperIds {
+    /// The caller is root inside (`0 U 1`, then `1 S C` for a subordinate
+    /// range): for builds, and for a squashfs server that reports the
+    /// image's ids as they are (squashfuse_ll).
+    Root,
+    /// The caller keeps their host ids inside (`U U 1`, then `S S C`), and
+    /// holds capabilities as the namespace's creator rather than as root
+    /// (kept across `exec` by [`Kernel::keep_capabilities_across_exec`]).
+    /// berth's own squashfs server reports the image's root as the user
+    /// (`berth_squashfs::fuse::owners`).
+    Host,
+}
+
 /// Enters a new user namespace (unless `HostRoot`), mapping the caller to
 /// root, and a new mount namespace. Returns the (uid, gid) seen inside.
 pub fn enter_namespaces(k: &dyn Kernel, mode: IdMode) -> Result<(u32, u32)> {
+    enter_namespaces_with(k, mode, KeeperIds::Root)
+}
+
+/// [`enter_namespaces`] with the caller's ids inside chosen by `ids`.
+pub fn enter_namespaces_with(k: &dyn Kernel, mode: IdMode, ids: KeeperIds) -> Result<(u32, u32)> {
     let uid = rustix::process::getuid().as_raw();
     let gid = rustix::process::getgid().as_raw();
     if mode == IdMode::HostRoot {
@@ -74,33 +94,44 @@ pub fn enter_namespaces(k: &dyn Kernel, mode: IdMode) -> Result<(u32, u32)> {
     // 1..N, so image files of other owners keep their owners (apt-get and
     // dpkg can chown under --fakeroot --writable). They run from outside
     // the namespace, once it exists.
-    let helper = subid_ranges(uid, gid).and_then(|(u, g)| MapHelper::spawn(uid, gid, u, g));
+    let helper = subid_ranges(uid, gid).and_then(|(u, g)| MapHelper::spawn(ids, uid, gid, u, g));
     k.unshare(UnshareFlags::NEWUSER | UnshareFlags::NEWNS).map_err(|e| {
         Error::Namespace(format!(
             "cannot create a user namespace ({e}); unprivileged user namespaces may be disabled: \
              ask your admin to set kernel.unprivileged_userns_clone=1 / user.max_user_namespaces > 0"
         ))
     })?;
+    let inside = match ids {
+        KeeperIds::Root => (0, 0),
+        KeeperIds::Host => (uid, gid),
+    };
     if let Some(helper) = helper {
         match helper.finish() {
-            Ok(()) => return Ok((0, 0)),
+            Ok(()) => return Ok(inside),
             Err(e) => tracing::warn!("newuidmap/newgidmap failed ({e}); mapping your ids only"),
         }
     }
     // Only the maps a helper did not write (the two run side by side: one
     // may have succeeded).
-    idmaps::write_missing_maps(&format!("0 {uid} 1"), &format!("0 {gid} 1"))
-        .map_err(|e| Error::Namespace(format!("cannot write the id maps: {e}")))?;
-    Ok((0, 0))
+    idmaps::write_missing_maps(
+        &format!("{} {uid} 1", inside.0),
+        &format!("{} {gid} 1", inside.1),
+    )
+    .map_err(|e| Error::Namespace(format!("cannot write the id maps: {e}")))?;
+    Ok(inside)
 }
 
-/// Leaves root of the keeper's user namespace for `uid`/`gid`: a nested
-/// user namespace mapping them to the outer root (which is the caller on
-/// the host). Capabilities go with it at `exec`.
+/// Becomes `uid`/`gid` in a nested user namespace that maps them to the
+/// caller's own ids in the keeper's (which are the caller on the host).
+/// Capabilities go with it at `exec` unless `uid` is 0.
 pub fn become_caller(k: &dyn Kernel, uid: u32, gid: u32) -> Result<()> {
+    let (me, my_group) = (
+        rustix::process::getuid().as_raw(),
+        rustix::process::getgid().as_raw(),
+    );
     k.unshare(UnshareFlags::NEWUSER)
         .map_err(|e| Error::sys("create the nested user namespace", None, e))?;
-    idmaps::write_id_maps(&format!("{uid} 0 1"), &format!("{gid} 0 1"))
+    idmaps::write_id_maps(&format!("{uid} {me} 1"), &format!("{gid} {my_group} 1"))
         .map_err(|e| Error::Namespace(format!("cannot write the nested id maps: {e}")))
 }
 
@@ -154,11 +185,17 @@ fn subid_ranges(uid: u32, gid: u32) -> Option<((u32, u32), (u32, u32))> {
 struct MapHelper(Vec<std::process::Child>);
 
 impl MapHelper {
-    fn spawn(uid: u32, gid: u32, u: (u32, u32), g: (u32, u32)) -> Option<Self> {
+    fn spawn(ids: KeeperIds, uid: u32, gid: u32, u: (u32, u32), g: (u32, u32)) -> Option<Self> {
         let pid = std::process::id();
         let mut helper = MapHelper(Vec::with_capacity(2));
         for (tool, id, (start, count)) in [("newuidmap", uid, u), ("newgidmap", gid, g)] {
-            let script = format!("read go || exit 1; exec {tool} {pid} 0 {id} 1 1 {start} {count}");
+            // The caller's own id first: the image's root stands for it
+            // (`berth_squashfs::fuse::owners::image_ranges`).
+            let lines = match ids {
+                KeeperIds::Root => format!("0 {id} 1 1 {start} {count}"),
+                KeeperIds::Host => format!("{id} {id} 1 {start} {start} {count}"),
+            };
+            let script = format!("read go || exit 1; exec {tool} {pid} {lines}");
             let child = Command::new("/bin/sh")
                 .arg("-c")
                 .arg(script)
@@ -221,60 +258,85 @@ pub struct NestedMaps {
 }
 
 impl NestedMaps {
-    /// Identity mode: the caller's host ids `(uid, gid)` map to the
-    /// keeper's root (which is the caller outside).
-    pub fn caller((uid, gid): (u32, u32)) -> Self {
-        NestedMaps {
-            uid_map: format!("{uid} 0 1"),
-            gid_map: format!("{gid} 0 1"),
-            deny_setgroups: true,
-        }
+    /// Identity mode: the caller's host ids `(uid, gid)` map to themselves
+    /// as the keeper's namespace (this one) has them: `U U 1` where it
+    /// keeps host ids, `U 0 1` where the caller is root in it.
+    pub fn caller(host: (u32, u32)) -> Self {
+        let read = |f: &str| std::fs::read_to_string(f).unwrap_or_default();
+        caller_in(
+            host,
+            &read("/proc/self/uid_map"),
+            &read("/proc/self/gid_map"),
+        )
     }
 
-    /// Fakeroot mode: every id of the keeper's namespace (root, and the
-    /// subordinate range when there is one) maps to itself, so the
-    /// container is root over the same files, but in a namespace of its
-    /// own, with no capability in the keeper's.
+    /// Fakeroot mode: the image's ids map to the ids of the keeper's
+    /// namespace (this one) that stand for them, as its squashfs server
+    /// reports them: root to the caller, 1 and up to the subordinate range
+    /// when there is one. The container is root over the image's files,
+    /// in a namespace of its own, with no capability in the keeper's.
     pub fn same_as_keeper() -> Self {
         let read = |f: &str| std::fs::read_to_string(f).unwrap_or_default();
         NestedMaps {
-            uid_map: same_ids(&read("/proc/self/uid_map")),
-            gid_map: same_ids(&read("/proc/self/gid_map")),
+            uid_map: image_ids(&read("/proc/self/uid_map")),
+            gid_map: image_ids(&read("/proc/self/gid_map")),
             deny_setgroups: false,
         }
     }
 }
 
-/// A map that maps every id inside `map` (a `uid_map` text) to itself.
-fn same_ids(map: &str) -> String {
-    let lines: Vec<String> = map
-        .lines()
-        .filter_map(
-            |l| match l.split_whitespace().collect::<Vec<_>>().as_slice() {
-                [inside, _outside, count] => Some(format!("{inside} {inside} {count}")),
-                _ => None,
-            },
-        )
-        .collect();
-    if lines.is_empty() {
-        "0 0 1".to_string()
-    } else {
-        lines.join("\n")
+/// [`NestedMaps::caller`] for a keeper namespace with these maps.
+fn caller_in((uid, gid): (u32, u32), uid_map: &str, gid_map: &str) -> NestedMaps {
+    NestedMaps {
+        uid_map: format!("{uid} {} 1", inside_of(uid_map, uid).unwrap_or(0)),
+        gid_map: format!("{gid} {} 1", inside_of(gid_map, gid).unwrap_or(0)),
+        deny_setgroups: true,
     }
 }
 
+/// The id inside a map's namespace that stands for `outside` (an id of
+/// the parent namespace).
+fn inside_of(map: &str, outside: u32) -> Option<u32> {
+    map.lines().find_map(|l| {
+        let f: Vec<u32> = l
+            .split_whitespace()
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        let [inside, first, count] = f.as_slice() else {
+            return None;
+        };
+        let offset = outside.checked_sub(*first)?;
+        (offset < *count).then(|| inside + offset)
+    })
+}
+
+/// A map from the image's ids to the ids of `map`'s namespace that stand
+/// for them; the image's root last (Pyxis's tests read the last line).
+fn image_ids(map: &str) -> String {
+    let mut lines: Vec<String> = berth_squashfs::fuse::owners::image_ranges(map)
+        .iter()
+        .map(|r| format!("{} {} {}", r.image, r.inside, r.count))
+        .collect();
+    if lines.is_empty() {
+        return "0 0 1".to_string();
+    }
+    lines.rotate_left(1);
+    lines.join("\n")
+}
+
 /// The highest id mapped in both this user namespace's uid and gid maps,
-/// when they map more than root (a subordinate range); `None` in the
+/// when they map more than the caller (a subordinate range); `None` in the
 /// initial namespace or with a single-id map.
 pub fn spare_id() -> Option<u32> {
     let read = |f: &str| std::fs::read_to_string(f).ok();
     Some(top_id(&read("/proc/self/uid_map")?)?.min(top_id(&read("/proc/self/gid_map")?)?))
 }
 
-/// The highest id inside a map, if above 0 and the map is not the
-/// initial namespace's whole range.
+/// The highest id inside a map that maps more than one id, unless it is
+/// the initial namespace's whole range.
 fn top_id(map: &str) -> Option<u32> {
     let mut top = None;
+    let mut ids: u64 = 0;
     for line in map.lines() {
         let f: Vec<u64> = line
             .split_whitespace()
@@ -287,8 +349,9 @@ fn top_id(map: &str) -> Option<u32> {
             return None;
         }
         top = top.max(Some(inside + count - 1));
+        ids += count;
     }
-    top.and_then(|t| u32::try_from(t).ok()).filter(|t| *t > 0)
+    top.filter(|_| ids > 1).and_then(|t| u32::try_from(t).ok())
 }
 
 #[cfg(test)]
@@ -306,18 +369,46 @@ mod tests {
     }
 
     #[test]
-    fn fakeroot_nested_maps_are_the_keepers_ids_to_themselves() {
+    fn fakeroot_nested_maps_take_the_image_ids_to_their_stand_ins() {
+        // The keeper keeps host ids: the container's maps read as Pyxis's.
         assert_eq!(
-            same_ids("         0       1000          1\n         1     200000      65536\n"),
-            "0 0 1\n1 1 65536"
+            image_ids("      1000       1000          1\n    200000     200000      65536\n"),
+            "1 200000 65536\n0 1000 1"
         );
-        assert_eq!(same_ids(""), "0 0 1");
+        assert_eq!(image_ids("1000 1000 1\n"), "0 1000 1");
+        // The caller is root in the keeper's namespace.
+        assert_eq!(
+            image_ids("         0       1000          1\n         1     200000      65536\n"),
+            "1 1 65536\n0 0 1"
+        );
+        assert_eq!(image_ids(""), "0 0 1");
+    }
+
+    #[test]
+    fn identity_nested_maps_take_the_caller_to_their_own_ids() {
+        let host = caller_in(
+            (1000, 100),
+            "1000 1000 1\n200000 200000 65536\n",
+            "100 100 1\n",
+        );
+        assert_eq!(
+            (host.uid_map.as_str(), host.gid_map.as_str()),
+            ("1000 1000 1", "100 100 1")
+        );
+        let root = caller_in((1000, 100), "0 1000 1\n1 200000 65536\n", "0 100 1\n");
+        assert_eq!(
+            (root.uid_map.as_str(), root.gid_map.as_str()),
+            ("1000 0 1", "100 0 1")
+        );
+        assert!(host.deny_setgroups && root.deny_setgroups);
     }
 
     #[test]
     fn the_spare_id_is_the_top_of_a_subordinate_range() {
         assert_eq!(top_id("0 1000 1\n1 200000 65536\n"), Some(65536));
+        assert_eq!(top_id("1000 1000 1\n200000 200000 65536\n"), Some(265535));
         assert_eq!(top_id("0 1000 1\n"), None);
+        assert_eq!(top_id("1000 1000 1\n"), None);
         assert_eq!(top_id("0 0 4294967295\n"), None);
     }
 

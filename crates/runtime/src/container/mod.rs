@@ -547,7 +547,8 @@ fn own_uts(k: &dyn Kernel, spec: &RunSpec) -> Result<()> {
         .map_err(|e| Error::sys("unshare the UTS namespace", None, e))
 }
 
-/// Leaves root of the keeper's user namespace for the container's user.
+/// Leaves the keeper's user namespace, where the setup held capabilities,
+/// for the container's user in the namespace nested in it.
 fn become_user(k: &dyn Kernel, spec: &RunSpec, lease: &KeeperLease) -> Result<()> {
     let id = &spec.identity;
     match (id.mode, &lease.nested_userns) {

@@ -94,9 +94,9 @@ fn run(k: &dyn Kernel, raw: &[String]) -> Result<()> {
                 rustix::process::getuid().as_raw(),
                 rustix::process::getgid().as_raw(),
             );
-            let (uid, gid) = idmap::enter_namespaces(k, args.mode)?;
+            let (uid, gid) = idmap::enter_namespaces_with(k, args.mode, keeper_ids())?;
             if args.mode != IdMode::HostRoot {
-                reexec_in_namespaces(raw, &image_file, (uid, gid), host_ids);
+                reexec_in_namespaces(k, raw, &image_file, (uid, gid), host_ids);
             }
             (uid, gid, host_ids)
         }
@@ -205,6 +205,17 @@ fn run(k: &dyn Kernel, raw: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// The caller's ids in the keeper's user namespace: their host ids, so
+/// that the containers' nested maps read as host ids, where the squashfs
+/// server reports the image's root as the user (berth's own); root where
+/// it reports the image's ids as they are (squashfuse_ll).
+fn keeper_ids() -> idmap::KeeperIds {
+    match berth_config::SquashfsServer::from_env() {
+        berth_config::SquashfsServer::Berth => idmap::KeeperIds::Host,
+        berth_config::SquashfsServer::SquashfuseLl => idmap::KeeperIds::Root,
+    }
+}
+
 /// Mounts the keeper's private tmpfs on `DIR/mnt` (in its own mount
 /// namespace) with `image/` (the image's mount point) and `stage/` (a
 /// run's scratch mount point) in it; returns `image/`.
@@ -266,6 +277,7 @@ fn say_ready(pid: u32, unpacked_because: Option<&str>) {
 /// stderr (its log). Returns only if the exec failed: the keeper then goes
 /// on as it is.
 fn reexec_in_namespaces(
+    k: &dyn Kernel,
     args: &[String],
     image_file: &File,
     inside: (u32, u32),
@@ -284,6 +296,13 @@ fn reexec_in_namespaces(
         outside.0.to_string(),
         outside.1.to_string(),
     ]);
+    // With host ids inside, the keeper holds its capabilities as the
+    // namespace's creator: kept across the exec as ambient ones.
+    if let Err(e) = k.keep_capabilities_across_exec() {
+        eprintln!("berth: warning: the keeper cannot keep its capabilities across exec ({e}); it stays traceable");
+        let _ = rustix::io::fcntl_setfd(image_file, rustix::io::FdFlags::CLOEXEC);
+        return;
+    }
     let err = Command::new("/proc/self/exe")
         .arg0("berth")
         .arg("__keeper")

@@ -128,11 +128,19 @@ pub(super) fn start_identity_ns(k: &dyn Kernel, dir: &Path, maps: &NestedMaps) -
         Fork::Child => {
             drop(ready_r);
             drop(mapped_w);
-            let ok = rustix::process::set_parent_process_death_signal(Some(
-                rustix::process::Signal::KILL,
-            ))
-            .is_ok()
-                && k.unshare(UnshareFlags::NEWUSER).is_ok();
+            // Dumpable until mapped: the kernel gives the /proc files of a
+            // process that is not to the root of its memory's user
+            // namespace, which the keeper's does not map where the user
+            // keeps host ids; the keeper could not open them then. Nothing
+            // of the user's runs exists yet.
+            let ok =
+                rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::Dumpable)
+                    .is_ok()
+                    && rustix::process::set_parent_process_death_signal(Some(
+                        rustix::process::Signal::KILL,
+                    ))
+                    .is_ok()
+                    && k.unshare(UnshareFlags::NEWUSER).is_ok();
             let _ = rustix::io::write(&ready_w, if ok { b"y" } else { b"n" });
             drop(ready_w);
             if !ok {
@@ -141,6 +149,7 @@ pub(super) fn start_identity_ns(k: &dyn Kernel, dir: &Path, maps: &NestedMaps) -
             // Wait until the keeper has written the maps, then hold.
             let mut b = [0u8; 1];
             let _ = rustix::io::read(&mapped_r, &mut b);
+            crate::process::not_dumpable();
             hold_forever()
         }
         Fork::Parent(pid) => {

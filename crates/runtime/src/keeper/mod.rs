@@ -59,7 +59,8 @@ pub struct KeeperLease {
     /// The user namespace nested in the keeper's that every run of the
     /// keeper joins just before `exec`: in identity mode the caller's own
     /// ids inside, in fakeroot mode root and the subordinate ids (mapped
-    /// to the keeper's same ids). One namespace for all ranks of a node, so
+    /// to the keeper's ids that stand for the image's: see
+    /// [`crate::idmap::NestedMaps`]). One namespace for all ranks of a node, so
     /// MPI's shared-memory and cross-memory-attach transports (which open
     /// /proc/PID/fd of a peer, or ptrace-read it) work between containers;
     /// and none of them holds a capability in the keeper's namespace, so a

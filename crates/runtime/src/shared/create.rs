@@ -227,6 +227,12 @@ fn exec_anchor(
     {
         let _ = rustix::io::fcntl_setfd(f.as_fd(), rustix::io::FdFlags::empty());
     }
+    // It joins the container with the capabilities it holds in the
+    // keeper's namespace (as its joiner, where the user keeps host ids).
+    if let Err(e) = k.keep_capabilities_across_exec() {
+        eprintln!("berth: error: anchor: keep capabilities across exec: {e}");
+        sys::exit_now(EXIT_BERTH);
+    }
     let err = std::process::Command::new("/proc/self/exe")
         .arg0("berth")
         .arg("__holder")

@@ -49,6 +49,8 @@ pub enum Call {
     NoNewPrivs,
     /// Capabilities emptied.
     DropCapabilities,
+    /// `keep_capabilities_across_exec`.
+    KeepCapabilities,
     /// Bounding set restricted to these.
     BoundingSet(Vec<u32>),
 }
@@ -186,6 +188,10 @@ impl Kernel for Recording {
 
     fn drop_capabilities(&self) -> Result<(), Errno> {
         self.record(Call::DropCapabilities)
+    }
+
+    fn keep_capabilities_across_exec(&self) -> Result<(), Errno> {
+        self.record(Call::KeepCapabilities)
     }
 
     fn restrict_bounding_set(&self, keep: &[u32]) -> Result<(), Errno> {

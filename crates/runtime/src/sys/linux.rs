@@ -192,6 +192,23 @@ impl Kernel for Linux {
         rustix::thread::set_no_new_privs(true)
     }
 
+    fn keep_capabilities_across_exec(&self) -> Result<(), Errno> {
+        use rustix::thread::CapabilitySet;
+        if rustix::process::getuid().is_root() {
+            return Ok(());
+        }
+        let mut sets = rustix::thread::capabilities(None)?;
+        sets.inheritable = sets.permitted;
+        rustix::thread::set_capabilities(None, sets)?;
+        for bit in 0..u64::BITS {
+            let cap = CapabilitySet::from_bits_retain(1 << bit);
+            if sets.permitted.contains(cap) {
+                rustix::thread::configure_capability_in_ambient_set(cap, true)?;
+            }
+        }
+        Ok(())
+    }
+
     fn drop_capabilities(&self) -> Result<(), Errno> {
         let none = rustix::thread::CapabilitySet::empty();
         rustix::thread::set_capabilities(

@@ -124,6 +124,14 @@ pub trait Kernel {
     /// Empties the effective, permitted and inheritable capability sets.
     fn drop_capabilities(&self) -> Result<(), Errno>;
 
+    /// Makes the permitted capabilities survive the next `exec` although
+    /// the uid is not 0, as inheritable and ambient ones: a process that
+    /// keeps the caller's host ids in a keeper's user namespace holds its
+    /// capabilities there as the namespace's creator or joiner, which
+    /// `exec` would drop. Root keeps its own. System calls only, no
+    /// allocation: usable between fork and exec.
+    fn keep_capabilities_across_exec(&self) -> Result<(), Errno>;
+
     /// Drops every capability not in `keep` from the bounding set.
     fn restrict_bounding_set(&self, keep: &[u32]) -> Result<(), Errno>;
 }

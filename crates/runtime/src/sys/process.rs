@@ -243,13 +243,18 @@ pub fn serve_from_own_mount_namespace(
             if libc::fcntl(keep, libc::F_SETFD, 0) == -1 {
                 return Err(io::Error::last_os_error());
             }
-            Ok(())
+            // The server works as the run's setup does: with the
+            // capabilities the run holds in the keeper's namespace.
+            super::LINUX
+                .keep_capabilities_across_exec()
+                .map_err(io::Error::from)
         });
     }
 }
 
 /// Makes `cmd` start without capabilities although it runs as root in the
-/// keeper's user namespace (securebits `NOROOT`, locked): the squashfs
+/// keeper's user namespace, or with the ambient capabilities a keeper with
+/// host ids keeps (both cleared; securebits `NOROOT`, locked): the squashfs
 /// server needs none, and a process of the user's containers that traced
 /// it would find none to use.
 pub fn exec_without_root_powers(cmd: &mut std::process::Command) {
@@ -257,10 +262,13 @@ pub fn exec_without_root_powers(cmd: &mut std::process::Command) {
     const SECBIT_NOROOT: libc::c_ulong = 1;
     const SECBIT_NOROOT_LOCKED: libc::c_ulong = 1 << 1;
     // SAFETY: the closure runs between fork and exec and only calls
-    // prctl(PR_SET_SECUREBITS), which is async-signal-safe and allocates
-    // nothing; a failure (no CAP_SETPCAP) leaves the old behaviour.
+    // prctl(PR_CAP_AMBIENT) and prctl(PR_SET_SECUREBITS), which are
+    // async-signal-safe and allocate nothing; a failure (no CAP_SETPCAP)
+    // leaves the old behaviour.
     unsafe {
         cmd.pre_exec(|| {
+            // Nor the ambient ones a keeper with host ids keeps.
+            let _ = rustix::thread::clear_ambient_capability_set();
             libc::prctl(
                 libc::PR_SET_SECUREBITS,
                 SECBIT_NOROOT | SECBIT_NOROOT_LOCKED,

@@ -36,6 +36,29 @@ fn the_user_is_themself_inside() {
         assert_eq!((m.uid(), m.gid()), (*uid, *gid));
     }
     assert_eq!(lines[3], sb.home().display().to_string());
+    // The id maps read as host ids, as under Pyxis and enroot (Pyxis's
+    // remap_root.bats 1, 2): the user's own id, or root standing for it
+    // (last, after the subordinate range where there is one).
+    let uid = env
+        .user
+        .as_ref()
+        .map(|u| u.0)
+        .or_else(|| crate::harness::id_number(&["-u"]))
+        .unwrap();
+    let maps = "awk '{print $1, $2, $3}' /proc/self/uid_map";
+    let out = sb.sh(&d, &[], maps).ok().stdout();
+    assert_eq!(out, format!("{uid} {uid} 1\n"));
+    let out = sb.sh(&d, &["--fakeroot"], maps).ok().stdout();
+    assert_eq!(
+        out.lines().last(),
+        Some(format!("0 {uid} 1").as_str()),
+        "{out}"
+    );
+    assert_eq!(
+        out.lines().count(),
+        if fallbacks() { 1 } else { 2 },
+        "{out}"
+    );
     // --fakeroot: root inside, still the user outside.
     let out = sb
         .sh(

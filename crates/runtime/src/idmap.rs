@@ -90,10 +90,11 @@ pub fn enter_namespaces_with(k: &dyn Kernel, mode: IdMode, ids: KeeperIds) -> Re
         return Ok((uid, gid));
     }
     // With a subordinate id range (/etc/subuid, /etc/subgid) the setuid
-    // helpers newuidmap/newgidmap map the caller to root and the range to
-    // 1..N, so image files of other owners keep their owners (apt-get and
-    // dpkg can chown under --fakeroot --writable). They run from outside
-    // the namespace, once it exists.
+    // helpers newuidmap/newgidmap map it too (to 1..N when the caller is
+    // root inside, to its own ids when the caller keeps theirs), so image
+    // files of other owners keep their owners (apt-get and dpkg can chown
+    // under --fakeroot --writable). They run from outside the namespace,
+    // once it exists.
     let helper = subid_ranges(uid, gid).and_then(|(u, g)| MapHelper::spawn(ids, uid, gid, u, g));
     k.unshare(UnshareFlags::NEWUSER | UnshareFlags::NEWNS).map_err(|e| {
         Error::Namespace(format!(
@@ -324,34 +325,35 @@ fn image_ids(map: &str) -> String {
     lines.join("\n")
 }
 
-/// The highest id mapped in both this user namespace's uid and gid maps,
-/// when they map more than the caller (a subordinate range); `None` in the
-/// initial namespace or with a single-id map.
-pub fn spare_id() -> Option<u32> {
+/// The uid and gid that stand for the highest image id this user
+/// namespace's maps both cover, when they cover more than the image's
+/// root (a subordinate range): ids of the range no container is; `None`
+/// in the initial namespace or with single-id maps.
+pub fn spare_ids() -> Option<(u32, u32)> {
     let read = |f: &str| std::fs::read_to_string(f).ok();
-    Some(top_id(&read("/proc/self/uid_map")?)?.min(top_id(&read("/proc/self/gid_map")?)?))
+    spare_ids_in(&read("/proc/self/uid_map")?, &read("/proc/self/gid_map")?)
 }
 
-/// The highest id inside a map that maps more than one id, unless it is
-/// the initial namespace's whole range.
-fn top_id(map: &str) -> Option<u32> {
-    let mut top = None;
-    let mut ids: u64 = 0;
-    for line in map.lines() {
-        let f: Vec<u64> = line
-            .split_whitespace()
-            .filter_map(|n| n.parse().ok())
-            .collect();
-        let [inside, _, count] = f.as_slice() else {
-            return None;
-        };
-        if *count >= u64::from(u32::MAX) {
-            return None;
-        }
-        top = top.max(Some(inside + count - 1));
-        ids += count;
+/// [`spare_ids`] for these maps.
+fn spare_ids_in(uid_map: &str, gid_map: &str) -> Option<(u32, u32)> {
+    use berth_squashfs::fuse::owners::image_ranges;
+    let (uids, gids) = (image_ranges(uid_map), image_ranges(gid_map));
+    let total = |r: &[berth_squashfs::fuse::owners::ImageRange]| -> Option<u64> {
+        r.iter().try_fold(0u64, |sum, r| {
+            (r.count < u32::MAX).then_some(sum + u64::from(r.count))
+        })
+    };
+    let top = total(&uids)?.min(total(&gids)?).checked_sub(1)?;
+    if top == 0 {
+        return None;
     }
-    top.filter(|_| ids > 1).and_then(|t| u32::try_from(t).ok())
+    let stand_in = |ranges: &[berth_squashfs::fuse::owners::ImageRange]| {
+        ranges.iter().find_map(|r| {
+            let offset = top.checked_sub(u64::from(r.image))?;
+            (offset < u64::from(r.count)).then(|| r.inside + offset as u32)
+        })
+    };
+    Some((stand_in(&uids)?, stand_in(&gids)?))
 }
 
 #[cfg(test)]
@@ -404,12 +406,19 @@ mod tests {
     }
 
     #[test]
-    fn the_spare_id_is_the_top_of_a_subordinate_range() {
-        assert_eq!(top_id("0 1000 1\n1 200000 65536\n"), Some(65536));
-        assert_eq!(top_id("1000 1000 1\n200000 200000 65536\n"), Some(265535));
-        assert_eq!(top_id("0 1000 1\n"), None);
-        assert_eq!(top_id("1000 1000 1\n"), None);
-        assert_eq!(top_id("0 0 4294967295\n"), None);
+    fn the_spare_ids_stand_for_the_top_of_the_subordinate_ranges() {
+        let root = "0 1000 1\n1 200000 65536\n";
+        assert_eq!(spare_ids_in(root, root), Some((65536, 65536)));
+        let host = "1000 1000 1\n200000 200000 65536\n";
+        assert_eq!(spare_ids_in(host, host), Some((265535, 265535)));
+        // The user's own id above the range (LDAP ids), and ranges that
+        // start apart: each id from its own map, never the user's.
+        let high = "1500000 1500000 1\n100000 100000 65536\n";
+        let groups = "1500000 1500000 1\n300000 300000 1000\n";
+        assert_eq!(spare_ids_in(high, groups), Some((100999, 300999)));
+        assert_eq!(spare_ids_in("0 1000 1\n", "0 1000 1\n"), None);
+        assert_eq!(spare_ids_in("1000 1000 1\n", "100 100 1\n"), None);
+        assert_eq!(spare_ids_in("0 0 4294967295\n", "0 0 4294967295\n"), None);
     }
 
     #[test]

@@ -117,12 +117,12 @@ pub fn mount_fuse(
     // keeper's mount namespace and would otherwise keep it (and itself) alive.
     sys::process::kill_with_parent(&mut cmd, rustix::process::Signal::TERM);
     sys::process::exec_without_root_powers(&mut cmd);
-    // With a subordinate id range, the server runs as an id of its own:
-    // the user's containers (the user's id) can then neither trace it nor
+    // With a subordinate id range, the server runs as ids of its own: the
+    // user's containers (the user's id) can then neither trace it nor
     // signal it.
-    if let Some(id) = crate::idmap::spare_id() {
+    if let Some((uid, gid)) = crate::idmap::spare_ids() {
         use std::os::unix::process::CommandExt;
-        cmd.uid(id).gid(id);
+        cmd.uid(uid).gid(gid);
     }
     let child = cmd
         .stdin(Stdio::null())

@@ -124,23 +124,25 @@ pub(super) fn start_prepared_root(
 pub(super) fn start_identity_ns(k: &dyn Kernel, dir: &Path, maps: &NestedMaps) -> Option<Helper> {
     let (ready_r, ready_w) = rustix::pipe::pipe().ok()?;
     let (mapped_r, mapped_w) = rustix::pipe::pipe().ok()?;
+    let unmapped_root = idmaps::maps_no_root();
     match sys::fork().ok()? {
         Fork::Child => {
             drop(ready_r);
             drop(mapped_w);
-            // Dumpable until mapped: the kernel gives the /proc files of a
-            // process that is not to the root of its memory's user
-            // namespace, which the keeper's does not map where the user
-            // keeps host ids; the keeper could not open them then. Nothing
+            // Dumpable until mapped where the keeper's namespace maps no
+            // root (the user keeps host ids): the kernel gives the /proc
+            // files of a process that is not to the root of its memory's
+            // user namespace, and the keeper could not open them. Nothing
             // of the user's runs exists yet.
-            let ok =
+            let dumpable = || {
                 rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::Dumpable)
-                    .is_ok()
-                    && rustix::process::set_parent_process_death_signal(Some(
-                        rustix::process::Signal::KILL,
-                    ))
-                    .is_ok()
-                    && k.unshare(UnshareFlags::NEWUSER).is_ok();
+            };
+            let ok = (!unmapped_root || dumpable().is_ok())
+                && rustix::process::set_parent_process_death_signal(Some(
+                    rustix::process::Signal::KILL,
+                ))
+                .is_ok()
+                && k.unshare(UnshareFlags::NEWUSER).is_ok();
             let _ = rustix::io::write(&ready_w, if ok { b"y" } else { b"n" });
             drop(ready_w);
             if !ok {

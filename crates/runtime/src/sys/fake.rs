@@ -51,6 +51,8 @@ pub enum Call {
     DropCapabilities,
     /// `keep_capabilities_across_exec`.
     KeepCapabilities,
+    /// `forget_capabilities_across_exec`.
+    ForgetCapabilities,
     /// Bounding set restricted to these.
     BoundingSet(Vec<u32>),
 }
@@ -192,6 +194,10 @@ impl Kernel for Recording {
 
     fn keep_capabilities_across_exec(&self) -> Result<(), Errno> {
         self.record(Call::KeepCapabilities)
+    }
+
+    fn forget_capabilities_across_exec(&self) -> Result<(), Errno> {
+        self.record(Call::ForgetCapabilities)
     }
 
     fn restrict_bounding_set(&self, keep: &[u32]) -> Result<(), Errno> {

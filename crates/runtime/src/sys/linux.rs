@@ -209,6 +209,13 @@ impl Kernel for Linux {
         Ok(())
     }
 
+    fn forget_capabilities_across_exec(&self) -> Result<(), Errno> {
+        rustix::thread::clear_ambient_capability_set()?;
+        let mut sets = rustix::thread::capabilities(None)?;
+        sets.inheritable = rustix::thread::CapabilitySet::empty();
+        rustix::thread::set_capabilities(None, sets)
+    }
+
     fn drop_capabilities(&self) -> Result<(), Errno> {
         let none = rustix::thread::CapabilitySet::empty();
         rustix::thread::set_capabilities(

@@ -132,6 +132,11 @@ pub trait Kernel {
     /// allocation: usable between fork and exec.
     fn keep_capabilities_across_exec(&self) -> Result<(), Errno>;
 
+    /// Undoes [`Kernel::keep_capabilities_across_exec`]: empties the
+    /// ambient and inheritable sets, so the next `exec` of a uid other
+    /// than 0 keeps no capability. System calls only, no allocation.
+    fn forget_capabilities_across_exec(&self) -> Result<(), Errno>;
+
     /// Drops every capability not in `keep` from the bounding set.
     fn restrict_bounding_set(&self, keep: &[u32]) -> Result<(), Errno>;
 }

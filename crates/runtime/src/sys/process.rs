@@ -262,13 +262,15 @@ pub fn exec_without_root_powers(cmd: &mut std::process::Command) {
     const SECBIT_NOROOT: libc::c_ulong = 1;
     const SECBIT_NOROOT_LOCKED: libc::c_ulong = 1 << 1;
     // SAFETY: the closure runs between fork and exec and only calls
-    // prctl(PR_CAP_AMBIENT) and prctl(PR_SET_SECUREBITS), which are
-    // async-signal-safe and allocate nothing; a failure (no CAP_SETPCAP)
-    // leaves the old behaviour.
+    // prctl(PR_CAP_AMBIENT), capget/capset and prctl(PR_SET_SECUREBITS),
+    // which are async-signal-safe and allocate nothing; a failure (no
+    // CAP_SETPCAP) leaves the old behaviour.
     unsafe {
         cmd.pre_exec(|| {
-            // Nor the ambient ones a keeper with host ids keeps.
-            let _ = rustix::thread::clear_ambient_capability_set();
+            // Nor the ambient (and inheritable) ones a keeper with host
+            // ids keeps.
+            use super::Kernel;
+            let _ = super::LINUX.forget_capabilities_across_exec();
             libc::prctl(
                 libc::PR_SET_SECUREBITS,
                 SECBIT_NOROOT | SECBIT_NOROOT_LOCKED,

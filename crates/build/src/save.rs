@@ -6,14 +6,15 @@
 //! into `tar2sqfs`, as a pull does.
 //!
 //! The work runs in `berth __save PLAN`, a fresh process in a user
-//! namespace with the keeper's id map (the caller as root, the
-//! subordinate range as 1..N): files of the image's other owners in the
+//! namespace of its own (the caller as root, the subordinate range as
+//! 1..N, the same host ids a keeper maps): files of the image's other owners in the
 //! upper layer (apt's `_apt` directories) are readable there and keep
 //! their owners in the saved image. A temporary upper directory is removed
 //! there too.
 
 use std::fs;
 use std::io::Write;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -85,7 +86,7 @@ pub fn main(args: &[String]) -> i32 {
         eprintln!("berth: error: usage: berth __save PLAN");
         return 2;
     };
-    let plan: SavePlan = match fs::read(plan)
+    let mut plan: SavePlan = match fs::read(plan)
         .map_err(|e| e.to_string())
         .and_then(|t| serde_json::from_slice(&t).map_err(|e| e.to_string()))
     {
@@ -99,6 +100,20 @@ pub fn main(args: &[String]) -> i32 {
         IdMode::HostRoot => IdMode::HostRoot,
         _ => IdMode::FakeRoot,
     };
+    // The changes, opened as the caller: a live shared container's are
+    // reached through its anchor's descriptor (/proc/PID/fd/N), which only
+    // the caller outside may open. Read through our own descriptor then.
+    let upper = match open_dir_path(&plan.upper) {
+        Ok(fd) => fd,
+        Err(e) => {
+            eprintln!(
+                "berth: error: cannot open the container's changes {}: {e}",
+                plan.upper.display()
+            );
+            return 1;
+        }
+    };
+    plan.upper = format!("/proc/self/fd/{}", upper.as_raw_fd()).into();
     if let Err(e) = berth_runtime::idmap::enter_namespaces(&berth_runtime::sys::LINUX, mode) {
         eprintln!(
             "berth: error: cannot enter the user namespace to read the container's changes: {e}"
@@ -117,6 +132,13 @@ pub fn main(args: &[String]) -> i32 {
             1
         }
     }
+}
+
+/// `dir` opened `O_PATH` (a directory; a magic link of /proc followed).
+fn open_dir_path(dir: &std::path::Path) -> std::io::Result<std::os::fd::OwnedFd> {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    Ok(rustix::fs::open(dir, flags, Mode::empty())?)
 }
 
 /// Writes the image with the upper layer applied as `plan.output`.

@@ -81,7 +81,7 @@ pub enum Command {
     Ps(PsArgs),
     /// Remove named containers (run --name) with their changes.
     Rm(RmArgs),
-    /// Save a named container (run --name) as a squashfs file or an image in the store, as run --save does; a running one is saved as its changes stand.
+    /// Save a named container (run --name), or a running writable shared container by its key (berth ps), as a squashfs file or an image in the store, as run --save does; a running one is saved as its changes stand.
     Commit(CommitArgs),
     /// Build an image from a Dockerfile, rootless (RUN steps are root in a user namespace).
     Build(BuildArgs),
@@ -397,7 +397,8 @@ pub struct RmArgs {
 /// `berth commit`.
 #[derive(Debug, Args)]
 pub struct CommitArgs {
-    /// The named container.
+    /// The named container, or the key of a running shared container of this node.
+    #[arg(value_name = "NAME|KEY")]
     pub name: String,
     /// A squashfs file (a path starting with / or ., or ending in .sqsh, .squashfs or .sqfs) or an image name in the store.
     #[arg(value_name = "FILE.sqsh|NAME")]

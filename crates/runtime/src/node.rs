@@ -156,6 +156,15 @@ pub(crate) fn open_ns(pid: i32, kind: &str) -> Result<OwnedFd> {
     Ok(f.into())
 }
 
+/// Process `pid`'s descriptor `fd` of a directory, opened again (`O_PATH`)
+/// through /proc/PID/fd/FD.
+pub(crate) fn open_fd_of(pid: i32, fd: i32) -> Result<OwnedFd> {
+    use rustix::fs::{Mode, OFlags};
+    let p = format!("/proc/{pid}/fd/{fd}");
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    rustix::fs::open(&p, flags, Mode::empty()).map_err(|e| Error::io("open", &p, e.into()))
+}
+
 /// A process's start time and whether it is a zombie, from /proc/PID/stat.
 pub(crate) fn proc_start(pid: i32) -> Option<(u64, bool)> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -187,6 +196,12 @@ impl Pinned {
     /// The pinned process's pid.
     pub(crate) fn pid(&self) -> i32 {
         self.pid
+    }
+
+    /// A duplicate of the pinned process's descriptor `fd`
+    /// (`pidfd_getfd`, Linux 5.6; the caller may trace the process).
+    pub(crate) fn take_fd(&self, fd: i32) -> rustix::io::Result<OwnedFd> {
+        rustix::process::pidfd_getfd(&self.fd, fd, rustix::process::PidfdGetfdFlags::empty())
     }
 
     /// Whether the pinned process has not exited (a pidfd turns readable

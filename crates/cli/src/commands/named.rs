@@ -1,7 +1,8 @@
 //! Named containers (`berth run --name NAME`): `berth ps -a` lists them,
-//! `berth commit NAME TARGET` saves one as an image, `berth rm NAME`
-//! removes one.
+//! `berth commit NAME TARGET` saves one as an image (or a live shared
+//! container, by its key), `berth rm NAME` removes one.
 
+use std::os::fd::AsRawFd;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -76,6 +77,12 @@ pub fn rm(ctx: &Context, args: RmArgs) -> Result<ExitCode> {
 pub fn commit(ctx: &Context, args: CommitArgs) -> Result<ExitCode> {
     let config = ctx.config()?;
     let caller = Caller::current(Instant::now())?;
+    // Not a named container: a shared one of this node, by its key.
+    if !named::containers_dir(&config).join(&args.name).exists() {
+        if let Some((info, share)) = berth_runtime::shared::hold(&args.name).ok().flatten() {
+            return commit_shared(&config, &caller, &args, &info, share);
+        }
+    }
     let (record, dir, held) = named::take_or_snapshot(&config, &args.name)?;
     if matches!(held, named::Held::Live(_)) {
         eprintln!(
@@ -104,6 +111,56 @@ pub fn commit(ctx: &Context, args: CommitArgs) -> Result<ExitCode> {
         config: config.clone(),
     };
     let line = save::save(&job, &caller.berth_exe)?;
+    eprintln!("berth: {line}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `berth commit KEY TARGET` of a live shared container (`berth run
+/// --shared KEY --writable`, the plugin's containers): its writable layer,
+/// taken from its anchor, saved while the share held keeps the container
+/// alive.
+fn commit_shared(
+    config: &berth_config::Config,
+    caller: &Caller,
+    args: &CommitArgs,
+    info: &berth_runtime::shared::SharedInfo,
+    share: berth_runtime::node::Share,
+) -> Result<ExitCode> {
+    let key = &info.key;
+    let Some(layer) = berth_runtime::shared::writable_layer(info)? else {
+        return Err(berth_engine::Error::Usage(format!(
+            "shared container {key} has no changes of its own to save: its root is read-only (start it with --writable), or its changes are in the directory given to --overlay; its image is {}",
+            info.image
+        ))
+        .into());
+    };
+    eprintln!(
+        "berth: shared container {key} is running: saving its changes as they are now (a file being written at this moment may be saved part-written; let its writers finish first for a consistent image)"
+    );
+    let target = Target::parse(&args.target, &caller.cwd)?;
+    let found = berth_engine::image::find(config, &info.image_id, true).map_err(|e| {
+        anyhow::anyhow!(
+            "shared container {key}: its image {} ({}) is not in the store any more: {e}",
+            info.image,
+            info.image_id
+        )
+    })?;
+    let img = &found.image;
+    // The save's worker inherits the layer's descriptor (same number) and
+    // reads it through its own /proc/self/fd.
+    rustix::io::fcntl_setfd(&layer, rustix::io::FdFlags::empty())?;
+    let job = SaveJob {
+        target,
+        upper: format!("/proc/self/fd/{}", layer.as_raw_fd()).into(),
+        temporary: None,
+        image: img.squashfs_path(),
+        base: img.record.id.clone(),
+        run: img.record.run.clone(),
+        mode: info.mode,
+        config: config.clone(),
+    };
+    let line = save::save(&job, &caller.berth_exe)?;
+    drop((layer, share));
     eprintln!("berth: {line}");
     Ok(ExitCode::SUCCESS)
 }

@@ -240,3 +240,42 @@ fn a_task_killed_mid_way_leaves_the_others_running() {
     assert_eq!(finished, 63, "the other 63 tasks finished");
     wait_gone(&sb, "kk");
 }
+
+#[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
+fn a_running_shared_container_is_committed_by_its_key() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let d = sb.debian();
+    // One task of container KEY running `script` (with `extra` options),
+    // once its command says it is ready.
+    let task = |key: &str, extra: &[&str], script: &str| {
+        let mut args = vec!["run", "--shared", key];
+        args.extend_from_slice(extra);
+        args.extend(["--entrypoint", "", &d, "sh", "-c", script]);
+        let mut task = sb.berth(&args).stdout(Stdio::piped()).spawn().unwrap();
+        let ready = wait_ready(&mut task);
+        (task, ready)
+    };
+    // A writable shared container changes its root and keeps running.
+    let changes = "echo made > /made && rm /etc/debian_version && echo ready && sleep 4";
+    let (mut running, _ready) = task("kcm", &["--writable"], changes);
+    let saved = sb.dir.path().join("kcm.sqsh");
+    let saved = saved.to_str().unwrap();
+    sb.run(&["commit", "kcm", saved]).ok();
+    // It is still there (the commit took a share, then let go).
+    assert!(ps(&sb).contains(&"kcm".to_string()));
+    let show = "cat /made; test -e /etc/debian_version || echo removed";
+    let out = sb.run(&["run", "--entrypoint", "", saved, "sh", "-c", show]);
+    assert_eq!(out.ok().stdout(), "made\nremoved\n");
+    assert!(running.wait().unwrap().success());
+    wait_gone(&sb, "kcm");
+    // A read-only container has no changes of its own.
+    let (mut running, _ready) = task("kro", &[], "echo ready; sleep 2");
+    sb.run(&["commit", "kro", saved])
+        .fails(2, "no changes of its own to save");
+    assert!(running.wait().unwrap().success());
+}

@@ -9,7 +9,7 @@
 //! [`Leased::run`] starts the container.
 
 use std::fs::File;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -382,6 +382,11 @@ pub struct Built {
     pub env: Vec<(String, String)>,
     /// The signals the process watches.
     pub signals: sys::SigSet,
+    /// The container's own writable layer (a writable root's memory upper
+    /// layer), opened `O_PATH` before the pivot hid it: a shared
+    /// container's anchor keeps it, so that `berth commit KEY` can save
+    /// the container while it runs.
+    pub upper: Option<OwnedFd>,
 }
 
 /// In a forked child: joins the keeper's namespaces, makes the
@@ -464,6 +469,7 @@ pub fn build(
         .and_then(|p| p.to_str().and_then(|s| s.parse().ok()))
         .unwrap_or(0);
     let hidden = crate::node::state_dir().ok();
+    let mut upper = None;
     match base {
         None => {
             let root = stage.join("root");
@@ -477,6 +483,9 @@ pub fn build(
             )?;
         }
         Some(base) => {
+            if spec.writable && spec.overlay.is_none() {
+                upper = Some(open_path_dir(&stage.join("upper"))?);
+            }
             let binds = keeper::data::resolve(&spec.binds, &lease.dir);
             let plan = RootfsPlan {
                 profile: Profile::Container,
@@ -525,7 +534,18 @@ pub fn build(
             .map_err(Error::Setup)?;
         set_all(&mut env, set);
     }
-    Ok(Built { env, signals })
+    Ok(Built {
+        env,
+        signals,
+        upper,
+    })
+}
+
+/// `dir` opened `O_PATH`, a directory and not a symlink.
+fn open_path_dir(dir: &std::path::Path) -> Result<OwnedFd> {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    rustix::fs::open(dir, flags, Mode::empty()).map_err(|e| Error::io("open", dir, e.into()))
 }
 
 /// Sets each of `vars` in `env`, replacing earlier values.

@@ -25,6 +25,8 @@ struct Anchor {
     ready: OwnedFd,
     keeper_share: File,
     linger: Duration,
+    /// The container's writable layer, kept open for `berth commit`.
+    upper: Option<OwnedFd>,
 }
 
 /// Entry point of `berth __holder ...`; exits with berth's code on a
@@ -41,9 +43,10 @@ pub fn anchor_main(args: &[String]) -> i32 {
 
 /// Takes over the handed descriptors and joins the container.
 fn join_container(k: &dyn Kernel, args: &[String]) -> Result<Anchor> {
-    let [users, key_lock, devnull, ready, mntns, userns, share, linger, others] = args else {
+    let [users, key_lock, devnull, ready, mntns, userns, share, linger, others, upper] = args
+    else {
         return Err(Error::Setup(
-            "usage: berth __holder USERS KEY_LOCK DEVNULL READY MNTNS USERNS SHARE LINGER_MS NET=FD,IPC=FD,UTS=FD|-"
+            "usage: berth __holder USERS KEY_LOCK DEVNULL READY MNTNS USERNS SHARE LINGER_MS NET=FD,IPC=FD,UTS=FD|- UPPER|-"
                 .into(),
         ));
     };
@@ -66,6 +69,10 @@ fn join_container(k: &dyn Kernel, args: &[String]) -> Result<Anchor> {
                 .parse()
                 .map_err(|_| Error::Setup(format!("bad linger {linger:?}")))?,
         ),
+        upper: match upper.as_str() {
+            "-" => None,
+            _ => Some(take(upper)?.into()),
+        },
     };
     let mut own = Vec::new();
     for item in others.split(',').filter(|s| *s != "-" && !s.is_empty()) {
@@ -133,6 +140,10 @@ fn hold(k: &dyn Kernel, anchor: Anchor) -> ! {
         // Its share of the keeper: the image mount stays while it lives.
         anchor.keeper_share.as_raw_fd(),
     ];
+    let keep: Vec<i32> = keep
+        .into_iter()
+        .chain(anchor.upper.as_ref().map(|u| u.as_raw_fd()))
+        .collect();
     sys::close_inherited(&keep);
     // The anchor needs no capability to wait on locks: it drops those it
     // had to join the container, and turns not dumpable (its memory is

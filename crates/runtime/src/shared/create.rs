@@ -48,13 +48,22 @@ pub(super) fn create(
         Fork::Child => {
             drop(ready_read);
             drop(release_write);
-            if let Err(e) = container::build(&LINUX, spec, lease, &mut Timing::off(), sync) {
-                eprintln!("berth: error: shared container {key}: {e}");
-                sys::exit_now(EXIT_BERTH);
-            }
-            // Built: say so, then wait until the creator lets go (the
-            // anchor has joined), and leave.
-            let _ = rustix::io::write(&ready_write, b"r");
+            let built = match container::build(&LINUX, spec, lease, &mut Timing::off(), sync) {
+                Ok(built) => built,
+                Err(e) => {
+                    eprintln!("berth: error: shared container {key}: {e}");
+                    sys::exit_now(EXIT_BERTH);
+                }
+            };
+            // Built: say so (with the descriptor of the writable layer,
+            // which the creator opens through /proc for the anchor), then
+            // wait until the creator lets go (the anchor has joined), and
+            // leave.
+            let said = match &built.upper {
+                Some(upper) => format!("r{}", upper.as_raw_fd()),
+                None => "r".to_string(),
+            };
+            let _ = rustix::io::write(&ready_write, said.as_bytes());
             drop(ready_write);
             let mut byte = [0u8; 1];
             let _ = rustix::io::read(&release_read, &mut byte);
@@ -72,8 +81,8 @@ pub(super) fn create(
             return Err(Error::Setup(msg));
         }
     }
-    let anchor = if read_ready(ready_read) {
-        start_anchor(&LINUX, spec, dir, lease, builder, placement)
+    let anchor = if let Some(upper) = read_built(ready_read) {
+        start_anchor(&LINUX, spec, dir, lease, (builder, upper), placement)
     } else {
         Err(Error::Setup(format!(
             "shared container {key} could not be set up (the reason is above)"
@@ -82,7 +91,7 @@ pub(super) fn create(
     // The anchor has joined (or failed): the builder may go.
     drop(release_write);
     let _ = sys::wait(builder, false);
-    let pid = anchor?;
+    let (pid, upper_fd) = anchor?;
     let start_time = node::proc_start(pid)
         .map(|(t, _)| t)
         .ok_or_else(|| Error::Setup(format!("shared container {key}: its anchor vanished")))?;
@@ -105,6 +114,7 @@ pub(super) fn create(
             .into_iter()
             .map(|(_, name)| name.to_string())
             .collect(),
+        upper_fd,
     };
     // A former container of the key left its entrypoint's record.
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
@@ -130,6 +140,17 @@ fn read_ready(pipe: OwnedFd) -> bool {
     File::from(pipe).read(&mut byte).unwrap_or(0) == 1
 }
 
+/// Once the builder said it built the container (`None`: it ended
+/// first): the number of its descriptor of the writable layer, if any.
+/// One read: the builder says it in one write, and what the container
+/// started (a module's server) may hold the pipe open for good.
+fn read_built(pipe: OwnedFd) -> Option<Option<i32>> {
+    let mut said = [0u8; 16];
+    let n = File::from(pipe).read(&mut said).ok()?;
+    let rest = std::str::from_utf8(&said[..n]).ok()?.strip_prefix('r')?;
+    Some(rest.parse().ok())
+}
+
 /// Starts `berth __holder` in the keeper's user namespace with the
 /// descriptors it keeps and the builder's namespaces to join; returns its
 /// pid once it is in the container.
@@ -138,9 +159,9 @@ fn start_anchor(
     spec: &RunSpec,
     dir: &Path,
     lease: &KeeperLease,
-    builder: i32,
+    (builder, upper): (i32, Option<i32>),
     placement: &Placement,
-) -> Result<i32> {
+) -> Result<(i32, Option<i32>)> {
     // Its own open file descriptions, so its locks are not its creator's.
     let users = node::open_lock(&dir.join("users.lock"))?;
     let key_lock = node::open_lock(&dir.join(DECIDE_LOCK))?;
@@ -169,6 +190,11 @@ fn start_anchor(
         IdMode::Identity | IdMode::FakeRoot => Some(node::open_ns(builder, "user")?),
         IdMode::HostRoot => None,
     };
+    // The writable layer, through the builder's descriptor.
+    let upper = match upper {
+        Some(n) => Some(node::open_fd_of(builder, n)?),
+        None => None,
+    };
     let (ready_read, ready_write) =
         rustix::pipe::pipe().map_err(|e| Error::Setup(format!("pipe: {e}")))?;
     let share = lease.share.as_file();
@@ -183,6 +209,7 @@ fn start_anchor(
         fd(share),
         placement.linger.as_millis().to_string(),
         others_arg,
+        upper.as_ref().map_or("-".into(), |u| fd(u)),
     ];
     let pid = match sys::fork().map_err(|e| Error::Setup(format!("fork: {e}")))? {
         Fork::Child => {
@@ -190,13 +217,14 @@ fn start_anchor(
             let mut handed: Vec<&dyn AsFd> =
                 vec![&users, &key_lock, &devnull, &ready_write, &mntns, share];
             handed.extend(others.iter().map(|(_, fd)| fd as &dyn AsFd));
+            handed.extend(upper.iter().map(|fd| fd as &dyn AsFd));
             exec_anchor(k, lease, &args, &handed, userns.as_ref())
         }
         Fork::Parent(pid) => pid,
     };
     drop(ready_write);
     if read_ready(ready_read) {
-        Ok(pid)
+        Ok((pid, upper.map(|u| u.as_raw_fd())))
     } else {
         let _ = sys::wait(pid, false);
         Err(Error::Setup(

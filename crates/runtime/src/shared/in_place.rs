@@ -230,6 +230,7 @@ mod tests {
             workdir: "/".into(),
             env: Vec::new(),
             namespaces: Vec::new(),
+            upper_fd: None,
         };
         let passed: Vec<String> = passed.iter().map(|s| s.to_string()).collect();
         JoinPlan::new(&info, &job, &kv(host), &passed)

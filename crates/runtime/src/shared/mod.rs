@@ -70,6 +70,11 @@ pub struct SharedInfo {
     /// `uts`), which joining tasks enter too.
     #[serde(default)]
     pub namespaces: Vec<String>,
+    /// The anchor's descriptor of the container's writable layer (a
+    /// writable root's memory upper layer), which `berth commit KEY` saves
+    /// through /proc/PID/fd while the container runs.
+    #[serde(default)]
+    pub upper_fd: Option<i32>,
 }
 
 /// The namespaces of its own a container of `spec` has beyond mount and
@@ -296,27 +301,65 @@ pub fn not_running(key: &str) -> Error {
 
 /// Runs `job` in the live shared container `key` (`berth exec`).
 pub fn exec(key: &str, job: &Process) -> Result<i32> {
-    validate_key(key)?;
-    let dir = containers_dir()?.join(key);
-    let missing = || {
+    let (info, share) = hold(key)?.ok_or_else(|| {
         Error::Usage(format!(
             "no shared container {key} on this node (berth ps lists them; they go away with their last task)"
         ))
-    };
+    })?;
+    join::join(&info, job, share)
+}
+
+/// The record of the live shared container `key` and a share of it: the
+/// container does not end while the share lives (`berth exec`, `berth
+/// commit`). `None` if no container of the key runs.
+pub fn hold(key: &str) -> Result<Option<(SharedInfo, Share)>> {
+    validate_key(key)?;
+    let dir = containers_dir()?.join(key);
     if !dir.is_dir() {
-        return Err(missing());
+        return Ok(None);
     }
     loop {
         let deciding = Deciding::begin(&dir, DECIDE_LOCK)?;
-        let info = read_alive(&dir).ok_or_else(missing)?;
+        let Some(info) = read_alive(&dir) else {
+            deciding.end();
+            return Ok(None);
+        };
         let Some(share) = deciding.try_share()? else {
             deciding.end();
             std::thread::sleep(std::time::Duration::from_millis(1));
             continue;
         };
         deciding.end();
-        return join::join(&info, job, share);
+        return Ok(Some((info, share)));
     }
+}
+
+/// The live container `info`'s writable layer (its memory upper layer,
+/// `O_PATH`), taken from its anchor; `None` for a read-only root. Taken
+/// with `pidfd_getfd` (Linux 5.6), not opened through /proc/PID/fd: the
+/// kernel gives a non-dumpable process's /proc files to the root of its
+/// memory's user namespace, which a keeper that keeps host ids does not
+/// map, so they are not the user's to open.
+pub fn writable_layer(info: &SharedInfo) -> Result<Option<std::os::fd::OwnedFd>> {
+    let Some(fd) = info.upper_fd else {
+        return Ok(None);
+    };
+    let key = &info.key;
+    let ended = || Error::Setup(format!("shared container {key} ended meanwhile"));
+    let anchor = node::Pinned::new(info.pid).ok_or_else(ended)?;
+    if !anchor_alive(info) {
+        return Err(ended());
+    }
+    let layer = anchor.take_fd(fd).map_err(|e| {
+        Error::Setup(format!(
+            "cannot take the writable layer of shared container {key} from its anchor (pid {}): {e}; this needs Linux 5.6 or later",
+            info.pid
+        ))
+    })?;
+    if !anchor.still_runs() {
+        return Err(ended());
+    }
+    Ok(Some(layer))
 }
 
 /// The record of the live shared container `key`.

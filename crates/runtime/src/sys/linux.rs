@@ -166,7 +166,13 @@ impl Kernel for Linux {
     ) -> Result<OwnedFd, Errno> {
         let rel = path.trim_start_matches('/');
         let rel = if rel.is_empty() { "." } else { rel };
-        if self.has_openat2() {
+        // A `..` met on the way (a symlink's `../lib`) gives EAGAIN when
+        // anything on the machine was renamed meanwhile: tried again a few
+        // times, then resolved component by component, as safely.
+        for _ in 0..8 {
+            if !self.has_openat2() {
+                break;
+            }
             let result = rustix::fs::openat2(
                 root,
                 rel,
@@ -179,6 +185,7 @@ impl Kernel for Linux {
                     tracing::debug!("openat2: ENOSYS; resolving paths component by component");
                     let _ = self.openat2.set(false);
                 }
+                Err(Errno::AGAIN) => continue,
                 other => {
                     let _ = self.openat2.set(true);
                     return other;

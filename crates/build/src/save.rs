@@ -14,7 +14,7 @@
 
 use std::fs;
 use std::io::Write;
-use std::os::fd::AsRawFd;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -86,7 +86,7 @@ pub fn main(args: &[String]) -> i32 {
         eprintln!("berth: error: usage: berth __save PLAN");
         return 2;
     };
-    let mut plan: SavePlan = match fs::read(plan)
+    let plan: SavePlan = match fs::read(plan)
         .map_err(|e| e.to_string())
         .and_then(|t| serde_json::from_slice(&t).map_err(|e| e.to_string()))
     {
@@ -100,10 +100,10 @@ pub fn main(args: &[String]) -> i32 {
         IdMode::HostRoot => IdMode::HostRoot,
         _ => IdMode::FakeRoot,
     };
-    // The changes, opened as the caller: a live shared container's are
-    // reached through its anchor's descriptor (/proc/PID/fd/N), which only
-    // the caller outside may open. Read through our own descriptor then.
-    let upper = match open_dir_path(&plan.upper) {
+    // The changes, opened as the caller, before entering the namespace:
+    // a live shared container's layer comes as a descriptor berth commit
+    // took from the container's anchor and handed down (`/proc/self/fd/N`).
+    let upper = match upper_dir(&plan.upper) {
         Ok(fd) => fd,
         Err(e) => {
             eprintln!(
@@ -113,14 +113,13 @@ pub fn main(args: &[String]) -> i32 {
             return 1;
         }
     };
-    plan.upper = format!("/proc/self/fd/{}", upper.as_raw_fd()).into();
     if let Err(e) = berth_runtime::idmap::enter_namespaces(&berth_runtime::sys::LINUX, mode) {
         eprintln!(
             "berth: error: cannot enter the user namespace to read the container's changes: {e}"
         );
         return 1;
     }
-    let result = write(&plan);
+    let result = write(&plan, &upper);
     if let Some(dir) = &plan.remove {
         let _ = fs::remove_dir_all(dir);
     }
@@ -134,30 +133,80 @@ pub fn main(args: &[String]) -> i32 {
     }
 }
 
-/// `dir` opened `O_PATH` (a directory; a magic link of /proc followed).
-fn open_dir_path(dir: &std::path::Path) -> std::io::Result<std::os::fd::OwnedFd> {
+/// The upper directory `dir` (`O_PATH`): the descriptor handed down as
+/// `/proc/self/fd/N`, taken over (and kept from the programs the save
+/// starts), or the directory opened.
+fn upper_dir(dir: &Path) -> std::io::Result<OwnedFd> {
     use rustix::fs::{Mode, OFlags};
+    let handed = dir
+        .to_str()
+        .and_then(|d| d.strip_prefix("/proc/self/fd/"))
+        .and_then(|n| n.parse().ok())
+        .and_then(berth_runtime::sys::take_inherited_fd);
+    if let Some(file) = handed {
+        return Ok(file.into());
+    }
     let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
     Ok(rustix::fs::open(dir, flags, Mode::empty())?)
 }
 
-/// Writes the image with the upper layer applied as `plan.output`.
-fn write(plan: &SavePlan) -> Result<(), String> {
+/// The changes in `upper` as a layer tar in `out` (synced), read by a
+/// forked child confined to the directory (`chroot`). The walk follows a
+/// path's middle parts, and this worker sees the host's files with the
+/// user's ids: a running container that swaps a directory of its layer
+/// for a symlink while the walk goes (a live commit) then reaches only
+/// its own layer, never the user's files.
+fn upper_layer_confined(upper: &OwnedFd, out: fs::File) -> Result<(), String> {
+    use berth_runtime::sys::process::{exit_now, fork, wait, Exit, Fork};
+    use std::io::Read;
+    let (said_read, said_write) = rustix::pipe::pipe().map_err(|e| format!("pipe: {e}"))?;
+    // The worker has started no thread: the child may run ordinary code.
+    match fork().map_err(|e| format!("fork: {e}"))? {
+        Fork::Child => {
+            drop(said_read);
+            let result = (|| -> Result<(), String> {
+                rustix::process::fchdir(upper).map_err(|e| format!("enter it: {e}"))?;
+                use berth_runtime::sys::Kernel;
+                berth_runtime::sys::LINUX
+                    .chroot(Path::new("."))
+                    .map_err(|e| format!("confine the walk to it: {e}"))?;
+                let out = crate::layer::upper_layer(Path::new("/"), std::io::BufWriter::new(out))
+                    .map_err(|e| e.to_string())?;
+                out.into_inner()
+                    .map_err(|e| e.to_string())?
+                    .sync_all()
+                    .map_err(|e| e.to_string())
+            })();
+            if let Err(e) = &result {
+                let _ = rustix::io::write(&said_write, e.as_bytes());
+            }
+            exit_now(i32::from(result.is_err()))
+        }
+        Fork::Parent(pid) => {
+            drop(said_write);
+            let mut said = String::new();
+            let _ = fs::File::from(said_read).read_to_string(&mut said);
+            match wait(pid, false) {
+                Ok(Some((_, Exit::Code(0)))) => Ok(()),
+                _ if !said.is_empty() => Err(said),
+                other => Err(format!("its reader ended: {other:?}")),
+            }
+        }
+    }
+}
+
+/// Writes the image with the upper layer `upper` applied as `plan.output`.
+fn write(plan: &SavePlan, upper: &OwnedFd) -> Result<(), String> {
     // The changes, as a layer (small next to the image: spooled).
     let upper_tar = plan.spool.join("upper.tar");
     let file = fs::File::create(&upper_tar)
         .map_err(|e| format!("cannot create {}: {e}", upper_tar.display()))?;
-    let file =
-        crate::layer::upper_layer(&plan.upper, std::io::BufWriter::new(file)).map_err(|e| {
-            format!(
-                "reading the container's changes in {}: {e}",
-                plan.upper.display()
-            )
-        })?;
-    file.into_inner()
-        .map_err(|e| format!("writing {}: {e}", upper_tar.display()))?
-        .sync_all()
-        .map_err(|e| format!("writing {}: {e}", upper_tar.display()))?;
+    upper_layer_confined(upper, file).map_err(|e| {
+        format!(
+            "reading the container's changes in {}: {e}",
+            plan.upper.display()
+        )
+    })?;
     let mut image = Command::new(sqfs2tar())
         .arg("--no-skip")
         .arg(&plan.image)

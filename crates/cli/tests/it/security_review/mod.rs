@@ -13,10 +13,13 @@
 //!   directory, the caller's descriptors (M6, L1, L3).
 //! - [`seccomp`]: the system call filter: the caller's terminal, keyrings,
 //!   profiles from a file (M4).
+//! - [`live_commit`]: a running container's changes saved while it may
+//!   still change them (a review of `berth commit KEY`).
 
 mod build_steps;
 mod host_state;
 mod identity_files;
+mod live_commit;
 mod mounts;
 mod real_root;
 mod seccomp;

@@ -78,8 +78,9 @@ pub fn commit(ctx: &Context, args: CommitArgs) -> Result<ExitCode> {
     let config = ctx.config()?;
     let caller = Caller::current(Instant::now())?;
     // Not a named container: a shared one of this node, by its key.
-    if !named::containers_dir(&config).join(&args.name).exists() {
-        if let Some((info, share)) = berth_runtime::shared::hold(&args.name).ok().flatten() {
+    let key_like = berth_runtime::shared::validate_key(&args.name).is_ok();
+    if key_like && !named::containers_dir(&config).join(&args.name).exists() {
+        if let Some((info, share)) = berth_runtime::shared::hold(&args.name)? {
             return commit_shared(&config, &caller, &args, &info, share);
         }
     }
@@ -129,7 +130,7 @@ fn commit_shared(
     let key = &info.key;
     let Some(layer) = berth_runtime::shared::writable_layer(info)? else {
         return Err(berth_engine::Error::Usage(format!(
-            "shared container {key} has no changes of its own to save: its root is read-only (start it with --writable), or its changes are in the directory given to --overlay; its image is {}",
+            "shared container {key} has no changes of its own to save: its root is read-only (start it with --writable, or --container-writable under Slurm); its image is {}",
             info.image
         ))
         .into());
@@ -138,13 +139,7 @@ fn commit_shared(
         "berth: shared container {key} is running: saving its changes as they are now (a file being written at this moment may be saved part-written; let its writers finish first for a consistent image)"
     );
     let target = Target::parse(&args.target, &caller.cwd)?;
-    let found = berth_engine::image::find(config, &info.image_id, true).map_err(|e| {
-        anyhow::anyhow!(
-            "shared container {key}: its image {} ({}) is not in the store any more: {e}",
-            info.image,
-            info.image_id
-        )
-    })?;
+    let found = shared_image(config, info)?;
     let img = &found.image;
     // The save's worker inherits the layer's descriptor (same number) and
     // reads it through its own /proc/self/fd.
@@ -163,4 +158,38 @@ fn commit_shared(
     drop((layer, share));
     eprintln!("berth: {line}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The image of the shared container `info`: from the store by its id, or
+/// the squashfs file it was run from in place (a file's id stands for the
+/// file as it was: a changed file is refused).
+fn shared_image(
+    config: &berth_config::Config,
+    info: &berth_runtime::shared::SharedInfo,
+) -> Result<berth_engine::image::Found> {
+    let key = &info.key;
+    let in_store = match berth_engine::image::find(config, &info.image_id, true) {
+        Ok(found) => return Ok(found),
+        Err(e) => e,
+    };
+    let Some(file) = info.squashfs.as_ref().and_then(|f| f.to_str()) else {
+        anyhow::bail!(
+            "shared container {key}: its image {} ({}) is not in the store any more: {in_store}",
+            info.image,
+            info.image_id
+        );
+    };
+    if info.squashfs_offset != 0 {
+        return Err(berth_engine::Error::Usage(format!(
+            "shared container {key} runs the SIF file {file} in place, which a commit cannot save with its changes: import it first (berth import sif:FILE NAME), then run that"
+        ))
+        .into());
+    }
+    match berth_engine::image::find(config, file, false) {
+        Ok(found) if found.image.record.id == info.image_id => Ok(found),
+        Ok(_) => anyhow::bail!(
+            "shared container {key}: its image file {file} changed since the container started"
+        ),
+        Err(e) => anyhow::bail!("shared container {key}: its image file {file}: {e}"),
+    }
 }

@@ -260,9 +260,14 @@ fn a_running_shared_container_is_committed_by_its_key() {
         let ready = wait_ready(&mut task);
         (task, ready)
     };
-    // A writable shared container changes its root and keeps running.
-    let changes = "echo made > /made && rm /etc/debian_version && echo ready && sleep 4";
-    let (mut running, _ready) = task("kcm", &["--writable"], changes);
+    // A writable shared container changes its root and keeps running
+    // until told to stop.
+    let stop = sb.home().join("kcm-stop");
+    let changes = format!(
+        "echo made > /made && rm /etc/debian_version && echo ready && while [ ! -e {} ]; do sleep 0.1; done",
+        stop.display()
+    );
+    let (mut running, _ready) = task("kcm", &["--writable"], &changes);
     let saved = sb.dir.path().join("kcm.sqsh");
     let saved = saved.to_str().unwrap();
     sb.run(&["commit", "kcm", saved]).ok();
@@ -271,6 +276,7 @@ fn a_running_shared_container_is_committed_by_its_key() {
     let show = "cat /made; test -e /etc/debian_version || echo removed";
     let out = sb.run(&["run", "--entrypoint", "", saved, "sh", "-c", show]);
     assert_eq!(out.ok().stdout(), "made\nremoved\n");
+    std::fs::write(&stop, "").unwrap();
     assert!(running.wait().unwrap().success());
     wait_gone(&sb, "kcm");
     // A read-only container has no changes of its own.

@@ -115,6 +115,8 @@ pub(super) fn create(
             .map(|(_, name)| name.to_string())
             .collect(),
         upper_fd,
+        squashfs: Some(spec.image.squashfs.clone()),
+        squashfs_offset: spec.image.offset,
     };
     // A former container of the key left its entrypoint's record.
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {

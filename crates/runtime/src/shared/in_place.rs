@@ -231,6 +231,8 @@ mod tests {
             env: Vec::new(),
             namespaces: Vec::new(),
             upper_fd: None,
+            squashfs: None,
+            squashfs_offset: 0,
         };
         let passed: Vec<String> = passed.iter().map(|s| s.to_string()).collect();
         JoinPlan::new(&info, &job, &kv(host), &passed)

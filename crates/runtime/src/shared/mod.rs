@@ -71,10 +71,19 @@ pub struct SharedInfo {
     #[serde(default)]
     pub namespaces: Vec<String>,
     /// The anchor's descriptor of the container's writable layer (a
-    /// writable root's memory upper layer), which `berth commit KEY` saves
-    /// through /proc/PID/fd while the container runs.
+    /// writable root's memory upper layer), which `berth commit KEY` takes
+    /// from the anchor ([`writable_layer`]) and saves while the container
+    /// runs.
     #[serde(default)]
     pub upper_fd: Option<i32>,
+    /// The image's squashfs file and where the squashfs starts in it: how
+    /// `berth commit KEY` finds an image run from a file, which is in no
+    /// store.
+    #[serde(default)]
+    pub squashfs: Option<PathBuf>,
+    /// See `squashfs` (an Apptainer SIF's partition; 0 otherwise).
+    #[serde(default)]
+    pub squashfs_offset: u64,
 }
 
 /// The namespaces of its own a container of `spec` has beyond mount and
@@ -346,13 +355,26 @@ pub fn writable_layer(info: &SharedInfo) -> Result<Option<std::os::fd::OwnedFd>>
     };
     let key = &info.key;
     let ended = || Error::Setup(format!("shared container {key} ended meanwhile"));
-    let anchor = node::Pinned::new(info.pid).ok_or_else(ended)?;
+    let Some(anchor) = node::Pinned::new(info.pid) else {
+        return Err(match anchor_alive(info) {
+            true => Error::Setup(format!(
+                "cannot pin shared container {key}'s anchor (pid {}) with a pidfd: this needs Linux 5.6 or later",
+                info.pid
+            )),
+            false => ended(),
+        });
+    };
     if !anchor_alive(info) {
         return Err(ended());
     }
     let layer = anchor.take_fd(fd).map_err(|e| {
+        let hint = match e {
+            crate::sys::Errno::NOSYS => "; this needs Linux 5.6 or later",
+            crate::sys::Errno::PERM => "; tracing your own processes may be restricted on this node (kernel.yama.ptrace_scope)",
+            _ => "",
+        };
         Error::Setup(format!(
-            "cannot take the writable layer of shared container {key} from its anchor (pid {}): {e}; this needs Linux 5.6 or later",
+            "cannot take the writable layer of shared container {key} from its anchor (pid {}): {e}{hint}",
             info.pid
         ))
     })?;

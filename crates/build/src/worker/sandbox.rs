@@ -105,7 +105,7 @@ fn sandbox_exec(
             group_line: None,
             workdir,
             confined: false,
-            hidden: None,
+            hidden: &[],
             own_ipc: false,
         };
         rootfs::assemble(k, &plan).map_err(|e| e.to_string())?;

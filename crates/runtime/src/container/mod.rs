@@ -487,6 +487,15 @@ pub fn build(
                 upper = Some(open_path_dir(&stage.join("upper"))?);
             }
             let binds = keeper::data::resolve(&spec.binds, &lease.dir);
+            // A persistent overlay's directory too: its layer changes only
+            // through the overlay, never under a live commit's walk.
+            let overlay_dir = spec.overlay.as_ref().map(|o| &o.dir);
+            let overlay_dir = overlay_dir.and_then(|d| std::fs::canonicalize(d).ok());
+            let hidden_dirs: Vec<_> = hidden
+                .iter()
+                .chain(&overlay_dir)
+                .map(|p| p.as_path())
+                .collect();
             let plan = RootfsPlan {
                 profile: Profile::Container,
                 layers,
@@ -496,7 +505,7 @@ pub fn build(
                 group_line: spec.identity.group_line.as_deref(),
                 workdir: spec.process.workdir_to_create(),
                 confined: spec.identity.mode == IdMode::HostRoot,
-                hidden: hidden.as_deref(),
+                hidden: &hidden_dirs,
                 own_ipc: spec.ipc_ns,
             };
             rootfs::assemble_on(k, &plan, base)?;

@@ -66,6 +66,7 @@ pub(super) fn start_prepared_root(
                     .map_err(|e| Error::sys("unshare the mount namespace", None, e))?;
                 let (image, stage) = (dir.join("mnt/image"), dir.join("mnt/stage"));
                 let binds = super::data::resolve(&template.binds, dir);
+                let hidden: Vec<&Path> = hidden.into_iter().collect();
                 let plan = RootfsPlan {
                     profile: Profile::Container,
                     layers: Layers::Overlay {
@@ -85,7 +86,7 @@ pub(super) fn start_prepared_root(
                     passwd_line: template.passwd_line.as_deref(),
                     group_line: template.group_line.as_deref(),
                     workdir: "/",
-                    hidden,
+                    hidden: &hidden,
                     own_ipc: false,
                 };
                 rootfs::prepare(k, &plan).map(drop)

@@ -130,9 +130,10 @@ pub struct RootfsPlan<'a> {
     /// A container of real root: /proc's dangerous files masked or
     /// read-only (runc's lists) and a private /tmp instead of the host's.
     pub confined: bool,
-    /// A directory to hide wherever a bind shows it (berth's runtime
-    /// directory, canonical).
-    pub hidden: Option<&'a Path>,
+    /// Directories to hide wherever a bind shows them (berth's runtime
+    /// directory; a persistent overlay's, whose layer must change only
+    /// through the overlay: a live commit reads it), canonical.
+    pub hidden: &'a [&'a Path],
     /// The container has its own IPC namespace (made in the current user
     /// namespace): /dev/mqueue is its own mqueue, not the host's.
     pub own_ipc: bool,
@@ -245,7 +246,7 @@ fn prepare_on(k: &dyn Kernel, plan: &RootfsPlan<'_>, base: Base<'_>) -> Result<P
         }
         // User binds, parents first.
         user_binds(k, &root_fd, plan.binds)?;
-        if let Some(hidden) = plan.hidden {
+        for hidden in plan.hidden {
             hide_dir(k, &root_fd, plan.binds, hidden)?;
         }
         // /dev is read-only once populated (its own mount, even if a bind

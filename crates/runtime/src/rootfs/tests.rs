@@ -84,7 +84,7 @@ fn plan<'a>(s: &'a Scene, binds: &'a [Bind]) -> RootfsPlan<'a> {
         group_line: Some("me:x:1000:"),
         workdir: "/work",
         confined: false,
-        hidden: None,
+        hidden: &[],
         own_ipc: false,
     }
 }
@@ -323,7 +323,8 @@ fn the_runtime_directory_is_hidden_where_a_bind_shows_it() {
     // The bind's target shows the source's tree: with the fake, the
     // mount point is empty, so make what the bind would show.
     std::fs::create_dir_all(s.root().join("data/sub")).unwrap();
-    let k = prepared(&s, &binds, |p| p.hidden = Some(&hidden));
+    let hidden = [hidden.as_path()];
+    let k = prepared(&s, &binds, |p| p.hidden = &hidden);
     assert!(mounts(&k).iter().any(|(t, f, fs)| t == "in-root:/data/sub"
         && f & libc::MS_RDONLY != 0
         && fs.as_deref() == Some("tmpfs")));
@@ -345,7 +346,7 @@ fn a_build_step_gets_a_writable_root_its_own_shm_and_no_identity_files() {
         group_line: None,
         workdir: "/",
         confined: false,
-        hidden: None,
+        hidden: &[],
         own_ipc: false,
     };
     assemble(&k, &p).unwrap();

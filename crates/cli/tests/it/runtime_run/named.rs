@@ -26,6 +26,18 @@ fn a_named_container_keeps_its_changes_until_it_is_removed() {
     let check = "cat /etc/marker; ls /layer2.txt 2>/dev/null || echo deleted";
     let out = sb.sh(&img, &["--name", "dev"], check).ok().stdout();
     assert_eq!(out, "kept\ndeleted\n");
+    // Its directory in the store is hidden from it where a bind shows it:
+    // its layer changes only through the overlay (a live commit reads it,
+    // and a directory moved out of it could lead the read elsewhere).
+    let store = sb.store();
+    let store = store.to_str().unwrap();
+    let bind = format!("{store}:{store}");
+    let look = format!("ls -A {store}/containers/dev | wc -l; ls {store}/containers | grep -c dev");
+    let out = sb
+        .sh(&img, &["--name", "dev", "-v", &bind], &look)
+        .ok()
+        .stdout();
+    assert_eq!(out, "0\n1\n");
     // Other runs do not see it; --rm with a name keeps nothing.
     let out = sb.sh(&img, &[], check).stdout();
     assert!(!out.contains("kept"), "{out}");

@@ -336,7 +336,7 @@ pub fn spare_ids() -> Option<(u32, u32)> {
 
 /// [`spare_ids`] for these maps.
 fn spare_ids_in(uid_map: &str, gid_map: &str) -> Option<(u32, u32)> {
-    use berth_squashfs::fuse::owners::image_ranges;
+    use berth_squashfs::fuse::owners::{image_ranges, stand_in};
     let (uids, gids) = (image_ranges(uid_map), image_ranges(gid_map));
     let total = |r: &[berth_squashfs::fuse::owners::ImageRange]| -> Option<u64> {
         r.iter().try_fold(0u64, |sum, r| {
@@ -344,16 +344,18 @@ fn spare_ids_in(uid_map: &str, gid_map: &str) -> Option<(u32, u32)> {
         })
     };
     let top = total(&uids)?.min(total(&gids)?).checked_sub(1)?;
-    if top == 0 {
-        return None;
-    }
-    let stand_in = |ranges: &[berth_squashfs::fuse::owners::ImageRange]| {
-        ranges.iter().find_map(|r| {
-            let offset = top.checked_sub(u64::from(r.image))?;
-            (offset < u64::from(r.count)).then(|| r.inside + offset as u32)
-        })
-    };
-    Some((stand_in(&uids)?, stand_in(&gids)?))
+    let top = u32::try_from(top).ok().filter(|t| *t > 0)?;
+    Some((stand_in(&uids, top)?, stand_in(&gids, top)?))
+}
+
+/// Whether this process's user namespace maps no uid 0 (a keeper's where
+/// the user keeps host ids).
+pub fn maps_no_root() -> bool {
+    std::fs::read_to_string("/proc/self/uid_map").is_ok_and(|m| {
+        !berth_squashfs::fuse::owners::image_ranges(&m)
+            .iter()
+            .any(|r| r.inside == 0 && r.count > 0)
+    })
 }
 
 #[cfg(test)]

@@ -125,7 +125,7 @@ pub(super) fn start_prepared_root(
 pub(super) fn start_identity_ns(k: &dyn Kernel, dir: &Path, maps: &NestedMaps) -> Option<Helper> {
     let (ready_r, ready_w) = rustix::pipe::pipe().ok()?;
     let (mapped_r, mapped_w) = rustix::pipe::pipe().ok()?;
-    let unmapped_root = idmaps::maps_no_root();
+    let unmapped_root = crate::idmap::maps_no_root();
     match sys::fork().ok()? {
         Fork::Child => {
             drop(ready_r);

@@ -33,20 +33,6 @@ pub fn write_missing_maps(uid_line: &str, gid_line: &str) -> io::Result<()> {
     Ok(())
 }
 
-/// Whether this process's user namespace maps no uid 0 (a keeper's where
-/// the user keeps host ids).
-pub fn maps_no_root() -> bool {
-    std::fs::read_to_string("/proc/self/uid_map").is_ok_and(|m| {
-        !m.lines().any(|l| {
-            let f: Vec<u64> = l
-                .split_whitespace()
-                .filter_map(|n| n.parse().ok())
-                .collect();
-            matches!(f.as_slice(), [0, _, count] if *count > 0)
-        })
-    })
-}
-
 /// [`write_id_maps`] for the process `pid` (the caller's child, whose
 /// namespace the caller may map).
 pub fn write_id_maps_of(pid: u32, uid_line: &str, gid_line: &str) -> io::Result<()> {

@@ -60,10 +60,16 @@ fn shown(ranges: &[ImageRange], id: u32) -> u32 {
     let Some(root) = ranges.first() else {
         return id;
     };
-    ranges
-        .iter()
-        .find(|r| id >= r.image && u64::from(id) < u64::from(r.image) + u64::from(r.count))
-        .map_or(root.inside, |r| r.inside + (id - r.image))
+    stand_in(ranges, id).unwrap_or(root.inside)
+}
+
+/// The namespace id that stands for image id `id` in `ranges`, if one
+/// does.
+pub fn stand_in(ranges: &[ImageRange], id: u32) -> Option<u32> {
+    ranges.iter().find_map(|r| {
+        let offset = id.checked_sub(r.image)?;
+        (offset < r.count).then(|| r.inside + offset)
+    })
 }
 
 /// The image ids each line of a `uid_map`/`gid_map` text stands for: its

@@ -7,8 +7,9 @@
 # inside (berth --fakeroot --overlay, podman run) and not timed.
 #
 #   berth      berth run --overlay DIR --save OUT.sqsh IMAGE true
-#              (the image's squashfs read as a stream, the changes applied,
-#              tar2sqfs; zstd level 3, 128 KiB blocks: berth's defaults)
+#              (the image's squashfs amended by berth's own writer: its
+#              blocks copied, the changes compressed with zstd level 3,
+#              128 KiB blocks: berth's defaults)
 #   podman     podman commit CONTAINER NAME (a new overlay layer)
 #   mksquashfs mksquashfs TREE OUT -comp zstd -Xcompression-level 3
 #              -b 131072 (the same settings), TREE the container's root

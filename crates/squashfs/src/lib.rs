@@ -20,6 +20,7 @@ pub mod reader;
 mod serve;
 pub mod unpack;
 pub mod verity;
+pub mod writer;
 
 pub use reader::{Error, Image};
 pub use serve::serve_main;

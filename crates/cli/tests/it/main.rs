@@ -42,4 +42,5 @@ mod slurm_pyxis;
 mod slurm_pyxis_ids;
 mod slurm_spank;
 mod slurm_srun;
+mod squashfs_save;
 mod squashfs_server;

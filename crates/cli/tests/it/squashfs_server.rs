@@ -22,21 +22,21 @@ use crate::harness::*;
 
 /// What one path holds, as stat, readlink, read and listxattr see it.
 #[derive(Debug, PartialEq, Eq)]
-struct Entry {
-    mode: u32,
-    uid: u32,
-    gid: u32,
-    size: u64,
-    mtime: i64,
-    ino: u64,
-    nlink: u64,
-    rdev: u64,
-    target: String,
-    sha256: String,
-    xattrs: Vec<(String, Vec<u8>)>,
+pub(crate) struct Entry {
+    pub(crate) mode: u32,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+    pub(crate) size: u64,
+    pub(crate) mtime: i64,
+    pub(crate) ino: u64,
+    pub(crate) nlink: u64,
+    pub(crate) rdev: u64,
+    pub(crate) target: String,
+    pub(crate) sha256: String,
+    pub(crate) xattrs: Vec<(String, Vec<u8>)>,
 }
 
-fn snapshot(root: &Path) -> BTreeMap<String, Entry> {
+pub(crate) fn snapshot(root: &Path) -> BTreeMap<String, Entry> {
     let mut out = BTreeMap::new();
     let mut dirs = vec![root.to_path_buf()];
     while let Some(dir) = dirs.pop() {
@@ -107,7 +107,7 @@ fn snapshot(root: &Path) -> BTreeMap<String, Entry> {
 }
 
 /// A tree with everything squashfs stores.
-fn make_tree(root: &Path) {
+pub(crate) fn make_tree(root: &Path) {
     let w = |p: &str, data: &[u8]| {
         let p = root.join(p);
         fs::create_dir_all(p.parent().unwrap()).unwrap();
@@ -233,7 +233,7 @@ fn make_tree(root: &Path) {
 }
 
 /// Mounts `image` with berth's server on `dir`; the server.
-fn berth_mount(berth: &Path, image: &Path, dir: &Path) -> Child {
+pub(crate) fn berth_mount(berth: &Path, image: &Path, dir: &Path) -> Child {
     let fuse = File::options()
         .read(true)
         .write(true)
@@ -266,7 +266,7 @@ fn berth_mount(berth: &Path, image: &Path, dir: &Path) -> Child {
 }
 
 /// The exit status and log of a server whose mount is gone.
-fn finished(mut server: Child) -> (std::process::ExitStatus, String) {
+pub(crate) fn finished(mut server: Child) -> (std::process::ExitStatus, String) {
     let status = server.wait().unwrap();
     let mut log = String::new();
     server
@@ -278,11 +278,11 @@ fn finished(mut server: Child) -> (std::process::ExitStatus, String) {
     (status, log)
 }
 
-fn unmount(dir: &Path) {
+pub(crate) fn unmount(dir: &Path) {
     rustix::mount::unmount(dir, rustix::mount::UnmountFlags::DETACH).unwrap();
 }
 
-fn tool(name: &str) -> String {
+pub(crate) fn tool(name: &str) -> String {
     let ok = Command::new("sh")
         .args(["-c", &format!("command -v {name}")])
         .output()
@@ -294,7 +294,7 @@ fn tool(name: &str) -> String {
     name.to_string()
 }
 
-fn sh(cmd: &mut Command) {
+pub(crate) fn sh(cmd: &mut Command) {
     let out = cmd.output().unwrap();
     assert!(
         out.status.success(),

@@ -15,6 +15,9 @@ pub enum Error {
     /// The image contradicts itself or points outside itself.
     #[error("corrupt squashfs image: {0}")]
     Corrupt(String),
+    /// A new image (berth's writer) could not be written.
+    #[error("writing the new image: {0}")]
+    Write(std::io::Error),
     /// The image file does not match its verity table, or has none.
     #[error("verified read failed: {0}")]
     Verity(String),
@@ -24,7 +27,7 @@ impl Error {
     /// The errno a FUSE request that met this error answers with.
     pub fn errno(&self) -> i32 {
         match self {
-            Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            Error::Io(e) | Error::Write(e) => e.raw_os_error().unwrap_or(libc::EIO),
             Error::Unsupported(_) => libc::EOPNOTSUPP,
             _ => libc::EIO,
         }

@@ -74,6 +74,15 @@ impl Image {
         Ok(list)
     }
 
+    /// The size words of file `r`'s blocks, as stored (bit 24: stored
+    /// uncompressed; 0: a hole), for copying them as they are.
+    pub fn block_words(&self, r: InodeRef, f: &FileBody) -> Result<Vec<u32>> {
+        if f.block_count == 0 {
+            return Ok(Vec::new());
+        }
+        Ok(self.block_list(r, f)?.sizes.clone())
+    }
+
     /// A data or fragment block at `pos` with size word `word`,
     /// decompressed, cached.
     fn data_block(&self, pos: u64, word: u32) -> Result<Arc<Vec<u8>>> {

@@ -32,7 +32,7 @@ pub use superblock::Superblock;
 
 use cache::Cache;
 use source::Source;
-use tables::Fragment;
+pub use tables::Fragment;
 
 /// How much each cache may hold.
 #[derive(Debug, Clone, Copy)]

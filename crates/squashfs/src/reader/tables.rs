@@ -48,7 +48,7 @@ impl Image {
     }
 
     /// Fragment entry `i`.
-    pub(crate) fn fragment(&self, i: u32) -> Result<Fragment> {
+    pub fn fragment(&self, i: u32) -> Result<Fragment> {
         if self.sb.frag_table == NO_TABLE || i >= self.sb.frag_count {
             return Err(corrupt(format!(
                 "fragment {i} is not in the fragment table"

@@ -268,13 +268,42 @@ fn save_makes_a_file_or_an_image_of_the_container() {
     let images = sb.run(&["images"]).ok().stdout();
     assert!(images.contains("localhost/saved/hello"), "{images}");
 
-    // A failed save leaves the earlier file as it was, and says why.
+    // A failed save leaves the earlier file as it was, and says why: the
+    // image's file amended (its blocks kept) on a full disk, ...
     let before = fs::read(&file).unwrap();
+    let small = sb.dir.path().join("small");
+    fs::create_dir_all(&small).unwrap();
+    let size = format!("size={}", before.len() + (1 << 20));
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &size, "tmpfs"])
+        .arg(&small)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    let small_file = small.join("hello.sqsh");
+    fs::write(&small_file, &before).unwrap();
+    sb.chown_to_user(&small);
+    let full = sb
+        .sh(
+            &d,
+            &["--save", small_file.to_str().unwrap()],
+            "head -c 4M /dev/urandom > /big",
+        )
+        .fails(125, "No space left");
+    let _ = full;
+    let kept = fs::read(&small_file).unwrap();
+    only_the_saved_file(&small);
+    let _ = std::process::Command::new("umount").arg(&small).status();
+    assert!(kept == before, "the earlier file changed");
+    // ... and rewritten whole (the store's settings differ from the
+    // image's) by a tar2sqfs that fails.
+    sb.site_config("[squashfs]\nblock_size = 65536\n");
     sb.extra_env
         .push(("BERTH_TAR2SQFS".into(), "/bin/false".into()));
     sb.sh(&d, &["--save", &file_arg], "true")
         .fails(125, "--save");
     sb.extra_env.pop();
+    sb.site_config("");
     assert_eq!(fs::read(&file).unwrap(), before);
     only_the_saved_file(&out_dir);
     // Not to a file in a missing directory.

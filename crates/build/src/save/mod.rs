@@ -5,6 +5,10 @@
 //! stream (`sqfs2tar`), and the flattener writes both, top layer first,
 //! into `tar2sqfs`, as a pull does.
 //!
+//! Where the image allows, berth's own writer amends the image's file
+//! instead ([`amend`]): the image's blocks copied as they are, only the
+//! changes compressed.
+//!
 //! The work runs in `berth __save PLAN`, a fresh process in a user
 //! namespace of its own (the caller as root, the subordinate range as
 //! 1..N, the same host ids a keeper maps): files of the image's other owners in the
@@ -23,6 +27,8 @@ use berth_image::flatten::Flattener;
 use berth_image::squash::SquashWriter;
 use berth_runtime::IdMode;
 use serde::{Deserialize, Serialize};
+
+mod amend;
 
 /// What one save does.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -207,6 +213,17 @@ fn write(plan: &SavePlan, upper: &OwnedFd) -> Result<(), String> {
             plan.upper.display()
         )
     })?;
+    match amend::amend(plan, &upper_tar) {
+        Ok(Ok(())) => {
+            let _ = fs::remove_file(&upper_tar);
+            return Ok(());
+        }
+        Ok(Err(why)) => tracing::info!("the image is written whole, not amended: {why}"),
+        Err(e) => {
+            let _ = fs::remove_file(&upper_tar);
+            return Err(e);
+        }
+    }
     let mut image = Command::new(sqfs2tar())
         .arg("--no-skip")
         .arg(&plan.image)

@@ -329,7 +329,15 @@ pub fn prepare(
                     "--name keeps the container's changes under its name: give --name or --overlay DIR, not both (--name with --rm keeps nothing)".into(),
                 ));
             }
-            let dir = named::prepare(config, name, &req.image, &img.record.id, mode)?;
+            // A file image is recorded by its absolute path, for a later
+            // `berth commit NAME` from anywhere.
+            let image = match berth_image::image_file::names_a_file(&req.image) {
+                true => std::path::absolute(&req.image)
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|_| req.image.clone()),
+                false => req.image.clone(),
+            };
+            let dir = named::prepare(config, name, &image, &img.record.id, mode)?;
             Some(match req.name_readonly {
                 true => format!("{}:ro", dir.display()),
                 false => dir.display().to_string(),

@@ -92,14 +92,17 @@ pub fn commit(ctx: &Context, args: CommitArgs) -> Result<ExitCode> {
         );
     }
     let target = Target::parse(&args.target, &caller.cwd)?;
-    let found = berth_engine::image::find(&config, &record.image_id, true).map_err(|e| {
-        anyhow::anyhow!(
-            "container {}: its image {} ({}) is not in the store any more: {e}",
-            record.name,
-            record.image,
-            record.image_id
-        )
-    })?;
+    // Run from a squashfs file: recorded by its path (relative ones, from
+    // records made before berth kept them absolute, from here).
+    let file = berth_image::image_file::names_a_file(&record.image)
+        .then(|| caller.cwd.join(&record.image));
+    let found = container_image(
+        &config,
+        &format!("container {}", record.name),
+        &record.image,
+        &record.image_id,
+        file.as_deref(),
+    )?;
     let img = &found.image;
     let job = SaveJob {
         target,
@@ -139,7 +142,13 @@ fn commit_shared(
         "berth: shared container {key} is running: saving its changes as they are now (a file being written at this moment may be saved part-written; let its writers finish first for a consistent image)"
     );
     let target = Target::parse(&args.target, &caller.cwd)?;
-    let found = shared_image(config, info)?;
+    let found = container_image(
+        config,
+        &format!("shared container {key}"),
+        &info.image,
+        &info.image_id,
+        info.squashfs.as_deref(),
+    )?;
     let img = &found.image;
     // The save's worker inherits the layer's descriptor (same number) and
     // reads it through its own /proc/self/fd.
@@ -160,36 +169,35 @@ fn commit_shared(
     Ok(ExitCode::SUCCESS)
 }
 
-/// The image of the shared container `info`: from the store by its id, or
-/// the squashfs file it was run from in place (a file's id stands for the
-/// file as it was: a changed file is refused).
-fn shared_image(
+/// The image a container (`who`) runs: from the store by its id, or the
+/// squashfs file it was run from in place (a file's id stands for the
+/// file as it was: a changed file is refused, and a SIF file, whose
+/// squashfs lies inside it, cannot be saved with changes).
+fn container_image(
     config: &berth_config::Config,
-    info: &berth_runtime::shared::SharedInfo,
+    who: &str,
+    image: &str,
+    image_id: &str,
+    file: Option<&std::path::Path>,
 ) -> Result<berth_engine::image::Found> {
-    let key = &info.key;
-    let in_store = match berth_engine::image::find(config, &info.image_id, true) {
+    let in_store = match berth_engine::image::find(config, image_id, true) {
         Ok(found) => return Ok(found),
         Err(e) => e,
     };
-    let Some(file) = info.squashfs.as_ref().and_then(|f| f.to_str()) else {
+    let Some(file) = file.and_then(|f| f.to_str()) else {
         anyhow::bail!(
-            "shared container {key}: its image {} ({}) is not in the store any more: {in_store}",
-            info.image,
-            info.image_id
+            "{who}: its image {image} ({image_id}) is not in the store any more: {in_store}"
         );
     };
-    if info.squashfs_offset != 0 {
-        return Err(berth_engine::Error::Usage(format!(
-            "shared container {key} runs the SIF file {file} in place, which a commit cannot save with its changes: import it first (berth import sif:FILE NAME), then run that"
-        ))
-        .into());
-    }
     match berth_engine::image::find(config, file, false) {
-        Ok(found) if found.image.record.id == info.image_id => Ok(found),
-        Ok(_) => anyhow::bail!(
-            "shared container {key}: its image file {file} changed since the container started"
+        Ok(found) if found.image.record.squashfs.offset != 0 => Err(berth_engine::Error::Usage(format!(
+            "{who} runs the SIF file {file} in place, which a commit cannot save with its changes: import it first (berth import sif:FILE NAME), then run that"
+        ))
+        .into()),
+        Ok(found) if found.image.record.id == image_id => Ok(found),
+        Ok(_) => anyhow::bail!("{who}: its image file {file} changed since the container started"),
+        Err(e) => anyhow::bail!(
+            "{who}: its image file {file}: {e} (nor is its image {image_id} in the store: {in_store})"
         ),
-        Err(e) => anyhow::bail!("shared container {key}: its image file {file}: {e}"),
     }
 }

@@ -101,6 +101,17 @@ fn a_named_container_keeps_its_changes_until_it_is_removed() {
     sb.run(&["commit", "dev", "./dev.sqsh"]).ok();
     let out = sb.sh("./dev.sqsh", &[], "cat /etc/marker").ok().stdout();
     assert_eq!(out, "kept\n");
+    // A named container of an image file run in place is committed from
+    // that file (not in the store).
+    sb.sh("./dev.sqsh", &["--name", "onfile"], "echo more > /etc/more")
+        .ok();
+    sb.run(&["commit", "onfile", "./onfile.sqsh"]).ok();
+    let out = sb
+        .sh("./onfile.sqsh", &[], "cat /etc/marker /etc/more")
+        .ok()
+        .stdout();
+    assert_eq!(out, "kept\nmore\n");
+    sb.run(&["rm", "onfile"]).ok();
     sb.run(&["commit", "dev", "devimg"]).ok();
     let out = sb.sh("devimg", &[], check).ok().stdout();
     assert_eq!(out, "kept\ndeleted\n");

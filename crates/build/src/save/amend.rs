@@ -13,9 +13,11 @@
 //! so the file shrinks.
 
 use std::collections::BTreeMap;
+use std::collections::HashSet;
 use std::fs::File;
-use std::io::Read;
+use std::io::{Read, Seek};
 use std::path::Path;
+use std::sync::Arc;
 
 use berth_image::whiteout::Whiteout;
 use berth_squashfs::reader::Image;
@@ -74,7 +76,15 @@ pub(super) fn amend(plan: &SavePlan, changes: &Path) -> Result<Result<(), Unsuit
     };
     let layer =
         File::open(changes).map_err(|e| format!("cannot read {}: {e}", changes.display()))?;
-    apply(&mut tree, &mut appender, std::io::BufReader::new(layer))?;
+    let opaque = opaque_dirs(std::io::BufReader::new(&layer))?;
+    (&layer)
+        .seek(std::io::SeekFrom::Start(0))
+        .map_err(|e| format!("cannot read {}: {e}", changes.display()))?;
+    let mut changes = Changes {
+        tree: &mut tree,
+        opaque,
+    };
+    changes.apply(&mut appender, std::io::BufReader::new(&layer))?;
     let unused = tree.unused_image_data();
     if unused > UNUSED_ALLOWED && unused > sb.inode_table / 4 {
         return Ok(Err(format!(
@@ -83,99 +93,159 @@ pub(super) fn amend(plan: &SavePlan, changes: &Path) -> Result<Result<(), Unsuit
             sb.inode_table >> 20
         )));
     }
-    appender.finish(&tree).map_err(written)?;
-    Ok(Ok(()))
+    match appender.finish(&tree) {
+        Ok(_) => Ok(Ok(())),
+        // A limit of berth's writer (owners, nesting, table sizes).
+        Err(berth_squashfs::Error::Unsupported(why)) => Ok(Err(why)),
+        Err(e) => Err(written(e)),
+    }
 }
 
-/// Applies the layer tar `r` (OCI whiteouts) to `tree`, the new files'
-/// data written by `out`.
-fn apply(tree: &mut Tree, out: &mut Appender, r: impl Read) -> Result<(), String> {
+/// The directories the layer tar `r` marks opaque (`DIR/.wh..wh..opq`).
+fn opaque_dirs(r: impl Read) -> Result<HashSet<Vec<Vec<u8>>>, String> {
     let bad = |e: std::io::Error| format!("reading the container's changes: {e}");
     let mut archive = tar::Archive::new(r);
+    let mut out = HashSet::new();
     for entry in archive.entries().map_err(bad)? {
-        let mut entry = entry.map_err(bad)?;
-        let path = entry.path_bytes().into_owned();
-        let parts = components(&path)?;
-        let Some((name, parents)) = parts.split_last() else {
-            continue;
-        };
-        let parent = directory(tree, parents)?;
-        match Whiteout::of(name) {
-            Some(Whiteout::Opaque) => {
-                let lower: Vec<Box<[u8]>> = tree
-                    .entries(parent)
-                    .into_iter()
-                    .flatten()
-                    .filter(|(_, &id)| tree.node(id).layer == 0)
-                    .map(|(n, _)| n.clone())
-                    .collect();
-                let e = entries_mut(tree, parent)?;
-                for n in lower {
-                    e.remove(&n);
-                }
-                continue;
-            }
-            Some(Whiteout::Remove(gone)) => {
-                if tree
-                    .child(parent, gone)
-                    .is_some_and(|id| tree.node(id).layer == 0)
-                {
-                    entries_mut(tree, parent)?.remove(gone);
-                }
-                continue;
-            }
-            Some(Whiteout::Reserved) => continue,
-            None => {}
+        let entry = entry.map_err(bad)?;
+        let mut parts = components(&entry.path_bytes())?;
+        if parts
+            .pop()
+            .is_some_and(|n| Whiteout::of(&n) == Some(Whiteout::Opaque))
+        {
+            out.insert(parts);
         }
-        let h = entry.header();
-        let attrs = Attrs {
-            perm: (h.mode().map_err(bad)? & 0o7777) as u16,
-            uid: h.uid().map_err(bad)? as u32,
-            gid: h.gid().map_err(bad)? as u32,
-            mtime: h.mtime().map_err(bad)?.min(u64::from(u32::MAX)) as u32,
-            xattrs: Vec::new(),
+    }
+    Ok(out)
+}
+
+/// A layer being applied to a tree.
+struct Changes<'t> {
+    tree: &'t mut Tree,
+    /// Directories marked opaque whose image entries are not yet hidden
+    /// (hidden the first time the layer reaches them, whatever the order
+    /// of its entries).
+    opaque: HashSet<Vec<Vec<u8>>>,
+}
+
+impl Changes<'_> {
+    /// Applies the layer tar `r` (OCI whiteouts), the new files' data
+    /// written by `out`.
+    fn apply(&mut self, out: &mut Appender, r: impl Read) -> Result<(), String> {
+        let bad = |e: std::io::Error| format!("reading the container's changes: {e}");
+        let mut archive = tar::Archive::new(r);
+        for entry in archive.entries().map_err(bad)? {
+            let mut entry = entry.map_err(bad)?;
+            let path = entry.path_bytes().into_owned();
+            let parts = components(&path)?;
+            match parts.split_last() {
+                None => self.root_entry(&entry)?,
+                Some((name, parents)) => match Whiteout::of(name) {
+                    // An opaque marker's directory hides the image's
+                    // entries the first time the layer reaches it (here at
+                    // the latest).
+                    Some(Whiteout::Opaque) => {
+                        self.directory(parents)?;
+                    }
+                    Some(Whiteout::Reserved) => {}
+                    Some(Whiteout::Remove(gone)) => self.remove(parents, gone),
+                    None => self.add(out, &mut entry, &path, parents, name)?,
+                },
+            }
+        }
+        Ok(())
+    }
+
+    /// The root's own entry (`./`): its attributes.
+    fn root_entry(&mut self, entry: &tar::Entry<'_, impl Read>) -> Result<(), String> {
+        if entry.header().entry_type() == tar::EntryType::Directory {
+            let attrs = attrs_of(entry.header())?;
+            let root = self.tree.root();
+            let node = self.tree.node_mut(root);
+            node.attrs = Attrs {
+                xattrs: node.attrs.xattrs.clone(),
+                ..attrs
+            };
+        }
+        Ok(())
+    }
+
+    /// `.wh.NAME` in `parents`: the image's `NAME` there goes.
+    fn remove(&mut self, parents: &[Vec<u8>], gone: &[u8]) {
+        let Some(dir) = self.existing_dir(parents) else {
+            return;
         };
-        let kind = h.entry_type();
+        if self
+            .tree
+            .child(dir, gone)
+            .is_some_and(|id| self.tree.node(id).layer == 0)
+        {
+            if let Some(e) = self.tree.entries_mut(dir) {
+                e.remove(gone);
+            }
+        }
+    }
+
+    /// An entry that is not a whiteout: added, or replacing what is there.
+    fn add(
+        &mut self,
+        out: &mut Appender,
+        entry: &mut tar::Entry<'_, impl Read>,
+        path: &[u8],
+        parents: &[Vec<u8>],
+        name: &[u8],
+    ) -> Result<(), String> {
+        let parent = self.directory(parents)?;
+        let attrs = attrs_of(entry.header())?;
+        let kind = entry.header().entry_type();
         let content = match kind {
             tar::EntryType::Directory => {
+                let tree = &mut *self.tree;
                 if let Some(id) = tree
                     .child(parent, name)
                     .filter(|&id| tree.node(id).is_dir())
                 {
+                    // A directory of the image, changed: its entries stay
+                    // (and its xattrs, which the layer does not carry).
                     let node = tree.node_mut(id);
-                    node.attrs = attrs;
+                    node.attrs = Attrs {
+                        xattrs: node.attrs.xattrs.clone(),
+                        ..attrs
+                    };
                     node.layer = 1;
-                    continue;
+                    let mut at = parents.to_vec();
+                    at.push(name.to_vec());
+                    self.hide_if_opaque(&at, id);
+                    return Ok(());
                 }
                 Content::Dir(BTreeMap::new())
             }
             tar::EntryType::Regular | tar::EntryType::Continuous => {
                 let size = entry.size();
                 let data = out
-                    .add_file(&mut entry, size)
+                    .add_file(entry, size)
                     .map_err(|e| format!("writing a changed file: {e}"))?;
                 Content::File(data)
             }
-            tar::EntryType::Symlink => {
-                let target = entry.link_name_bytes().unwrap_or_default().into_owned();
-                Content::Symlink(target)
-            }
+            tar::EntryType::Symlink => Content::Symlink(link_name(entry, path)?),
             tar::EntryType::Link => {
-                let target = entry.link_name_bytes().unwrap_or_default().into_owned();
+                let target = link_name(entry, path)?;
+                let tree = &*self.tree;
                 let id = resolve(tree, &components(&target)?)
                     .filter(|&id| !tree.node(id).is_dir())
                     .ok_or_else(|| {
                         format!(
                             "the changes hard-link {} to {}, which they do not hold",
-                            String::from_utf8_lossy(&path),
+                            String::from_utf8_lossy(path),
                             String::from_utf8_lossy(&target)
                         )
                     })?;
-                entries_mut(tree, parent)?.insert(name.as_slice().into(), id);
-                continue;
+                entries_mut(self.tree, parent)?.insert(name.into(), id);
+                return Ok(());
             }
             tar::EntryType::Fifo => Content::Fifo,
             tar::EntryType::Char | tar::EntryType::Block => {
+                let h = entry.header();
                 let major = h.device_major().ok().flatten().unwrap_or(0);
                 let minor = h.device_minor().ok().flatten().unwrap_or(0);
                 let rdev = (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12);
@@ -185,16 +255,92 @@ fn apply(tree: &mut Tree, out: &mut Appender, r: impl Read) -> Result<(), String
                     Content::BlockDev(rdev)
                 }
             }
-            _ => continue,
+            _ => return Ok(()),
         };
-        let id = tree.add(Node {
+        let id = self.tree.add(Node {
             attrs,
             content,
             layer: 1,
         });
-        entries_mut(tree, parent)?.insert(name.as_slice().into(), id);
+        entries_mut(self.tree, parent)?.insert(name.into(), id);
+        Ok(())
     }
-    Ok(())
+
+    /// Hides the image's entries of directory `id` (at `path`) if the
+    /// layer marks it opaque and they are not hidden yet.
+    fn hide_if_opaque(&mut self, path: &[Vec<u8>], id: NodeId) {
+        if !self.opaque.remove(path) {
+            return;
+        }
+        let tree = &mut *self.tree;
+        let lower: Vec<Box<[u8]>> = tree
+            .entries(id)
+            .into_iter()
+            .flatten()
+            .filter(|(_, &c)| tree.node(c).layer == 0)
+            .map(|(n, _)| n.clone())
+            .collect();
+        if let Some(e) = tree.entries_mut(id) {
+            for n in lower {
+                e.remove(&n);
+            }
+        }
+    }
+
+    /// The directory at `parts`, if there is one.
+    fn existing_dir(&self, parts: &[Vec<u8>]) -> Option<NodeId> {
+        resolve(self.tree, parts).filter(|&id| self.tree.node(id).is_dir())
+    }
+
+    /// The directory at `parts` for an entry of the layer, made where
+    /// missing (or not a directory: a layer that puts entries under a
+    /// path makes it one); opaque ones hidden as they are reached.
+    fn directory(&mut self, parts: &[Vec<u8>]) -> Result<NodeId, String> {
+        let mut dir = self.tree.root();
+        self.hide_if_opaque(&[], dir);
+        for (depth, name) in parts.iter().enumerate() {
+            dir = match self.tree.child(dir, name) {
+                Some(id) if self.tree.node(id).is_dir() => id,
+                _ => {
+                    let id = self.tree.add(Node {
+                        attrs: Attrs {
+                            perm: 0o755,
+                            ..Attrs::default()
+                        },
+                        content: Content::Dir(BTreeMap::new()),
+                        layer: 1,
+                    });
+                    entries_mut(self.tree, dir)?.insert(name.as_slice().into(), id);
+                    id
+                }
+            };
+            self.hide_if_opaque(&parts[..=depth], dir);
+        }
+        Ok(dir)
+    }
+}
+
+/// The attributes in a layer entry's header.
+fn attrs_of(h: &tar::Header) -> Result<Attrs, String> {
+    let bad = |e: std::io::Error| format!("reading the container's changes: {e}");
+    Ok(Attrs {
+        perm: (h.mode().map_err(bad)? & 0o7777) as u16,
+        uid: h.uid().map_err(bad)? as u32,
+        gid: h.gid().map_err(bad)? as u32,
+        mtime: h.mtime().map_err(bad)?.min(u64::from(u32::MAX)) as u32,
+        xattrs: Arc::default(),
+    })
+}
+
+/// A link entry's target; an entry without one is refused.
+fn link_name(entry: &tar::Entry<'_, impl Read>, path: &[u8]) -> Result<Vec<u8>, String> {
+    match entry.link_name_bytes() {
+        Some(t) if !t.is_empty() => Ok(t.into_owned()),
+        _ => Err(format!(
+            "the container's changes hold a link {} without a target",
+            String::from_utf8_lossy(path)
+        )),
+    }
 }
 
 /// A tar path's components: no empty ones, no `.`; `..` refused.
@@ -222,31 +368,87 @@ fn resolve(tree: &Tree, parts: &[Vec<u8>]) -> Option<NodeId> {
         .try_fold(tree.root(), |dir, name| tree.child(dir, name))
 }
 
-/// The directory at `parts`, made where missing (or not a directory: a
-/// layer that puts entries under a path makes it one).
-fn directory(tree: &mut Tree, parts: &[Vec<u8>]) -> Result<NodeId, String> {
-    let mut dir = tree.root();
-    for name in parts {
-        dir = match tree.child(dir, name) {
-            Some(id) if tree.node(id).is_dir() => id,
-            _ => {
-                let id = tree.add(Node {
-                    attrs: Attrs {
-                        perm: 0o755,
-                        ..Attrs::default()
-                    },
-                    content: Content::Dir(BTreeMap::new()),
-                    layer: 1,
-                });
-                entries_mut(tree, dir)?.insert(name.as_slice().into(), id);
-                id
-            }
-        };
-    }
-    Ok(dir)
-}
-
 fn entries_mut(tree: &mut Tree, dir: NodeId) -> Result<&mut BTreeMap<Box<[u8]>, NodeId>, String> {
     tree.entries_mut(dir)
         .ok_or_else(|| "the saved tree lost a directory".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    fn dir_entry(b: &mut tar::Builder<Vec<u8>>, path: &str) {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Directory);
+        h.set_mode(0o755);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(0);
+        h.set_size(0);
+        b.append_data(&mut h, path, std::io::empty()).unwrap();
+    }
+
+    fn file_entry(b: &mut tar::Builder<Vec<u8>>, path: &str, data: &[u8]) {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Regular);
+        h.set_mode(0o644);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(0);
+        h.set_size(data.len() as u64);
+        b.append_data(&mut h, path, data).unwrap();
+    }
+
+    /// Opaque markers hide the image's entries wherever they stand in the
+    /// layer; a whiteout makes no directory.
+    #[test]
+    fn layers_apply_in_any_order() {
+        if Command::new("mksquashfs").arg("-version").output().is_err() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "mksquashfs missing under CI"
+            );
+            eprintln!("skipped: mksquashfs not installed");
+            return;
+        }
+        let work = tempfile::tempdir().unwrap();
+        let src = work.path().join("src");
+        std::fs::create_dir_all(src.join("a/sub")).unwrap();
+        std::fs::write(src.join("a/sub/old"), "old").unwrap();
+        std::fs::write(src.join("a/other"), "other").unwrap();
+        std::fs::write(src.join("kept"), "kept").unwrap();
+        let img = work.path().join("img.sqfs");
+        let ok = Command::new("mksquashfs")
+            .arg(&src)
+            .arg(&img)
+            .args(["-noappend", "-quiet", "-no-progress", "-comp", "zstd"])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        let mut b = tar::Builder::new(Vec::new());
+        dir_entry(&mut b, "a/");
+        dir_entry(&mut b, "a/sub/");
+        file_entry(&mut b, "a/sub/new", b"new");
+        file_entry(&mut b, "a/.wh..wh..opq", b"");
+        file_entry(&mut b, "nope/.wh.x", b"");
+        let layer = b.into_inner().unwrap();
+        let file = File::open(&img).unwrap();
+        let image = Image::open(file.try_clone().unwrap(), 0).unwrap();
+        let mut tree = Tree::from_image(&image).unwrap();
+        let out = work.path().join("out.sqfs");
+        let mut a = Appender::start(&image, &file, File::create(&out).unwrap(), None).unwrap();
+        let mut c = Changes {
+            tree: &mut tree,
+            opaque: opaque_dirs(&layer[..]).unwrap(),
+        };
+        c.apply(&mut a, &layer[..]).unwrap();
+        a.finish(&tree).unwrap();
+        let saved = Image::open(File::open(&out).unwrap(), 0).unwrap();
+        let names = |p: &str| saved.read_dir_names(p).unwrap().unwrap_or_default();
+        assert_eq!(names("/a"), vec![b"sub".to_vec()]);
+        assert_eq!(names("/a/sub"), vec![b"new".to_vec()]);
+        assert_eq!(names("/"), vec![b"a".to_vec(), b"kept".to_vec()]);
+        assert_eq!(saved.read_path("/a/sub/new", 10).unwrap().unwrap(), b"new");
+    }
 }

@@ -10,9 +10,10 @@ use std::os::unix::fs::FileExt;
 
 use super::compress::BlockCompressor;
 use super::meta::{MetaWriter, META_SIZE};
-use super::tree::{Content, FileData, NodeId, Tree, Xattrs};
+use super::tree::{Content, FileData, NodeId, Tree, Xattrs, MAX_DEPTH};
 use super::Appender;
 use crate::reader::{superblock::NO_TABLE, Error, Result};
+use std::sync::Arc;
 
 /// No fragment, no xattrs.
 const NONE: u32 = u32::MAX;
@@ -23,9 +24,9 @@ const MAX_RUN: usize = 256;
 /// The superblock flag that says the image has no xattrs.
 const NO_XATTRS: u16 = 0x0200;
 /// Superblock flags of the old image that may not hold for the new one
-/// (uncompressed inodes, data, fragments, xattrs; no fragments;
+/// (uncompressed inodes, data, fragments, xattrs, ids; no fragments;
 /// exportable; no xattrs): cleared.
-const STALE_FLAGS: u16 = 0x0001 | 0x0002 | 0x0008 | 0x0010 | 0x0080 | 0x0100 | 0x0200;
+const STALE_FLAGS: u16 = 0x0001 | 0x0002 | 0x0008 | 0x0010 | 0x0080 | 0x0100 | 0x0200 | 0x0800;
 
 /// An entry of a directory listing being written.
 struct Entry<'a> {
@@ -65,7 +66,8 @@ struct Builder<'t> {
     ids: Vec<u32>,
     id_index: HashMap<u32, u16>,
     xattr_sets: Vec<Xattrs>,
-    xattr_index: HashMap<Xattrs, u32>,
+    /// Sets already written, by their address (nodes share them).
+    xattr_index: HashMap<*const Xattrs, u32>,
 }
 
 impl Layout {
@@ -247,8 +249,10 @@ impl Builder<'_> {
     /// Numbers the inodes under `id` in the order they are written
     /// (children first, each node once) and counts each node's links.
     fn number(&mut self, id: NodeId, next: &mut u32, depth: usize) -> Result<()> {
-        if depth > 4096 {
-            return Err(Error::Unsupported("directories nested too deep".into()));
+        if depth > MAX_DEPTH {
+            return Err(Error::Unsupported(format!(
+                "directories nested deeper than {MAX_DEPTH}"
+            )));
         }
         if let Content::Dir(entries) = &self.tree.node(id).content {
             for &c in entries.values() {
@@ -276,8 +280,11 @@ impl Builder<'_> {
         if let Some(&i) = self.id_index.get(&id) {
             return Ok(i);
         }
+        // The superblock counts ids in 16 bits.
         let i = u16::try_from(self.ids.len())
-            .map_err(|_| Error::Unsupported("more than 65536 owners".into()))?;
+            .ok()
+            .filter(|&i| i < u16::MAX)
+            .ok_or_else(|| Error::Unsupported("more than 65535 owners".into()))?;
         self.ids.push(id);
         self.id_index.insert(id, i);
         Ok(i)
@@ -285,20 +292,20 @@ impl Builder<'_> {
 
     fn xattr(&mut self, id: NodeId) -> u32 {
         let x = &self.tree.node(id).attrs.xattrs;
-        let x: Vec<_> = x
+        if !x.iter().any(|(n, _)| split_prefix(n).is_some()) {
+            return NONE;
+        }
+        if let Some(&i) = self.xattr_index.get(&Arc::as_ptr(x)) {
+            return i;
+        }
+        let i = self.xattr_sets.len() as u32;
+        let kept = x
             .iter()
             .filter(|(n, _)| split_prefix(n).is_some())
             .cloned()
             .collect();
-        if x.is_empty() {
-            return NONE;
-        }
-        if let Some(&i) = self.xattr_index.get(&x) {
-            return i;
-        }
-        let i = self.xattr_sets.len() as u32;
-        self.xattr_sets.push(x.clone());
-        self.xattr_index.insert(x, i);
+        self.xattr_sets.push(kept);
+        self.xattr_index.insert(Arc::as_ptr(x), i);
         i
     }
 
@@ -318,6 +325,9 @@ impl Builder<'_> {
     /// Appends an inode to the inode table; its reference.
     fn put_inode(&mut self, bytes: &[u8]) -> Result<u64> {
         let (block, offset) = self.inodes.position();
+        if block > u64::from(u32::MAX) {
+            return Err(Error::Unsupported("an inode table over 4 GiB".into()));
+        }
         self.inodes.write(self.comp, bytes)?;
         Ok((block << 16) | u64::from(offset))
     }
@@ -445,7 +455,9 @@ impl Builder<'_> {
         }
         let (start, offset) = self.dirs.position();
         let (len, index) = self.write_listing(&entries)?;
-        let size = len + 3;
+        let size = len
+            .checked_add(3)
+            .ok_or_else(|| Error::Unsupported("a directory listing over 4 GiB".into()))?;
         let xattr = self.xattr(id);
         let nlink = 2 + subdirs;
         let basic = size <= 0xffff && index.is_empty() && xattr == NONE;
@@ -489,9 +501,10 @@ impl Builder<'_> {
             let at = self.dirs.total();
             let block = at / META_SIZE as u64;
             if at > origin && block != indexed_block {
+                let too_big = || Error::Unsupported("a directory table over 4 GiB".into());
                 index.push(Index {
-                    at: (at - origin) as u32,
-                    block: self.dirs.position().0 as u32,
+                    at: u32::try_from(at - origin).map_err(|_| too_big())?,
+                    block: u32::try_from(self.dirs.position().0).map_err(|_| too_big())?,
                     name: entries[i].name,
                 });
                 indexed_block = block;

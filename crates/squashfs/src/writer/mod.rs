@@ -65,7 +65,7 @@ impl Appender {
         let mut sb_bytes = [0u8; superblock::SIZE];
         file.read_exact_at(&mut sb_bytes, 0)?;
         let data_end = sb.inode_table;
-        let mut fragments = Vec::with_capacity(sb.frag_count as usize);
+        let mut fragments = Vec::new();
         for i in 0..sb.frag_count {
             let f = image.fragment(i)?;
             if f.start.saturating_add(u64::from(f.size & !UNCOMPRESSED)) > data_end {

@@ -104,7 +104,7 @@ fn attrs(perm: u16) -> Attrs {
         uid: rustix::process::getuid().as_raw(),
         gid: rustix::process::getgid().as_raw(),
         mtime: 1_700_000_000,
-        xattrs: Vec::new(),
+        xattrs: Default::default(),
     }
 }
 
@@ -247,5 +247,100 @@ fn an_amended_image_unpacks_to_the_changed_tree() {
         }
         let (_, root) = image.resolve("/").unwrap().unwrap();
         assert_eq!(root.nlink, 2 + 6, "{comp}: root links");
+    }
+}
+
+/// Listings split into runs (inode numbers more than 32767 apart, many
+/// inode blocks) and their index, read back as the kernel reads it: each
+/// index entry points at a run whose first name is the entry's; an image
+/// without fragments gains some.
+#[test]
+fn listings_split_their_runs_and_index_them() {
+    if !have_tools() {
+        eprintln!("skipped: squashfs-tools not installed");
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("blocks"), noise(300_000, 1)).unwrap();
+    let img = work.path().join("img.sqfs");
+    run(Command::new("mksquashfs").arg(&src).arg(&img).args([
+        "-noappend",
+        "-quiet",
+        "-no-progress",
+        "-no-fragments",
+    ]));
+    let file = fs::File::open(&img).unwrap();
+    let image = Image::open(file.try_clone().unwrap(), 0).unwrap();
+    assert_eq!(image.superblock().frag_count, 0);
+    let mut tree = Tree::from_image(&image).unwrap();
+    let new = work.path().join("new.sqfs");
+    let mut a = Appender::start(&image, &file, fs::File::create(&new).unwrap(), None).unwrap();
+    let mut add = |tree: &mut Tree, dir: NodeId, name: String, data: &[u8]| {
+        let f = a.add_file(&mut &data[..], data.len() as u64).unwrap();
+        let id = tree.add(Node {
+            attrs: attrs(0o644),
+            content: Content::File(f),
+            layer: 1,
+        });
+        tree.entries_mut(dir)
+            .unwrap()
+            .insert(name.into_bytes().into(), id);
+    };
+    let root = tree.root();
+    add(&mut tree, root, "a".into(), b"tiny");
+    let b = tree.add(Node {
+        attrs: attrs(0o755),
+        content: Content::Dir(BTreeMap::new()),
+        layer: 1,
+    });
+    tree.entries_mut(root).unwrap().insert(b"b"[..].into(), b);
+    for i in 0..40_000 {
+        add(&mut tree, b, format!("file-{i:05}"), b"");
+    }
+    a.finish(&tree).unwrap();
+    let listed = Command::new("unsquashfs")
+        .arg("-l")
+        .arg(&new)
+        .output()
+        .unwrap();
+    assert!(listed.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&listed.stdout)
+            .lines()
+            .filter(|l| l.contains("/b/file-"))
+            .count(),
+        40_000
+    );
+    let image = Image::open(fs::File::open(&new).unwrap(), 0).unwrap();
+    assert_eq!(image.superblock().frag_count, 1);
+    assert_eq!(image.read_path("/a", 10).unwrap().unwrap(), b"tiny");
+    assert!(image.resolve("/b/file-39999").unwrap().is_some());
+    // The index of /b, decoded as fs/squashfs/namei.c does.
+    let sb = image.superblock().clone();
+    let (r, _) = image.resolve("/b").unwrap().unwrap();
+    let mut c = image
+        .cursor(sb.inode_table + (r >> 16), (r & 0xffff) as usize)
+        .unwrap();
+    assert_eq!(c.u16().unwrap(), 8, "an extended directory");
+    c.bytes(14).unwrap();
+    let (_nlink, _size, _start, _parent) = (c.u32(), c.u32(), c.u32(), c.u32());
+    let count = c.u16().unwrap();
+    let dir_offset = c.u16().unwrap();
+    c.u32().unwrap();
+    assert!(count > 50, "{count} index entries");
+    let mut last = Vec::new();
+    for _ in 0..count {
+        let (index, block, size) = (c.u32().unwrap(), c.u32().unwrap(), c.u32().unwrap());
+        let name = c.bytes(size as usize + 1).unwrap();
+        assert!(name > last);
+        last = name.clone();
+        let at = (index as usize + dir_offset as usize) % 8192;
+        let mut d = image.cursor(sb.dir_table + u64::from(block), at).unwrap();
+        let (_count, _start, _number) = (d.u32(), d.u32(), d.u32());
+        let (_off, _delta, _kind) = (d.u16(), d.u16(), d.u16());
+        let len = d.u16().unwrap() as usize + 1;
+        assert_eq!(d.bytes(len).unwrap(), name);
     }
 }

@@ -4,15 +4,22 @@
 //! and removed) before [`super::Appender::finish`] writes it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use crate::reader::{Body, Error, Image, InodeRef, Kind, Result};
 
 /// A node's index in its tree.
 pub type NodeId = usize;
 
-/// The deepest directory nesting read from an image (a path of 4096
-/// bytes holds at most 2048 components).
-const MAX_DEPTH: usize = 2048;
+/// The deepest directory nesting a tree may have (a path of 4096 bytes
+/// holds at most 2048 components).
+pub const MAX_DEPTH: usize = 2048;
+/// The most block size words kept for an image's files (256 MiB): a
+/// crafted image could otherwise have many inodes share one huge block
+/// list.
+const MAX_WORDS: usize = 1 << 26;
+/// The most bytes of distinct xattr sets kept for an image.
+const MAX_XATTR_BYTES: usize = 64 << 20;
 
 /// Extended attributes: full names (with their `user.`, `trusted.` or
 /// `security.` prefix) and values.
@@ -29,8 +36,8 @@ pub struct Attrs {
     pub gid: u32,
     /// Modification time, seconds.
     pub mtime: u32,
-    /// Extended attributes.
-    pub xattrs: Xattrs,
+    /// Extended attributes (shared by the entries that have the same set).
+    pub xattrs: Arc<Xattrs>,
 }
 
 /// Where a regular file's data is in the image being written.
@@ -164,13 +171,17 @@ impl Tree {
     /// Bytes of the image's file data that no reachable file uses any
     /// more (what the new image carries along unused).
     pub fn unused_image_data(&self) -> u64 {
+        // Files with the same blocks (mksquashfs stores duplicates once)
+        // count once.
         let mut seen = HashSet::new();
         let mut live = 0u64;
         let mut todo = vec![self.root()];
         while let Some(id) = todo.pop() {
             match &self.nodes[id].content {
                 Content::Dir(e) => todo.extend(e.values().copied()),
-                Content::File(f) if self.nodes[id].layer == 0 && seen.insert(id) => {
+                Content::File(f)
+                    if self.nodes[id].layer == 0 && seen.insert((f.start, f.words.len())) =>
+                {
                     live += stored(&f.words);
                 }
                 _ => {}
@@ -183,21 +194,30 @@ impl Tree {
     /// data where the image has it (for a copy of the image's data that
     /// keeps every position). Data outside `[0, data_end)` is refused.
     pub fn from_image(image: &Image) -> Result<Tree> {
-        let data_end = image.superblock().inode_table;
+        let sb = image.superblock();
+        let data_end = sb.inode_table;
         let root_ref = image.root();
         let root = image.inode(root_ref)?;
-        let mut xattrs: HashMap<u32, Xattrs> = HashMap::new();
+        let mut xattrs: HashMap<u32, Arc<Xattrs>> = HashMap::new();
+        let mut xattr_bytes = 0usize;
         let mut attrs_of = |i: &crate::reader::Inode| -> Result<Attrs> {
             let x = match i.xattr {
+                None => Arc::default(),
                 Some(idx) => match xattrs.get(&idx) {
                     Some(x) => x.clone(),
                     None => {
                         let x = image.xattrs(idx)?;
+                        xattr_bytes += x.iter().map(|(n, v)| n.len() + v.len()).sum::<usize>();
+                        if xattr_bytes > MAX_XATTR_BYTES {
+                            return Err(Error::Unsupported(
+                                "more xattrs than berth's writer keeps".into(),
+                            ));
+                        }
+                        let x = Arc::new(x);
                         xattrs.insert(idx, x.clone());
                         x
                     }
                 },
-                None => Vec::new(),
             };
             Ok(Attrs {
                 perm: i.perm & 0o7777,
@@ -212,16 +232,20 @@ impl Tree {
         }
         let mut tree = Tree::new(attrs_of(&root)?);
         let mut dirs_seen: HashSet<InodeRef> = HashSet::from([root_ref]);
-        let mut linked: HashMap<InodeRef, NodeId> = HashMap::new();
+        // Every entry of one inode is one node (hard links, or a crafted
+        // image's many names for one inode).
+        let mut nodes: HashMap<InodeRef, NodeId> = HashMap::new();
+        let mut blocks_seen: HashSet<(u64, usize)> = HashSet::new();
+        let mut words_kept = 0usize;
         let mut todo = vec![(tree.root(), root_ref, root, 0usize)];
         while let Some((dir_id, dir_ref, dir, depth)) = todo.pop() {
             if depth >= MAX_DEPTH {
-                return Err(Error::Corrupt(format!(
+                return Err(Error::Unsupported(format!(
                     "directories nested deeper than {MAX_DEPTH}"
                 )));
             }
             for e in &image.listing(dir_ref, &dir)?.entries {
-                if let Some(&id) = linked.get(&e.inode) {
+                if let Some(&id) = nodes.get(&e.inode) {
                     tree.entries_mut(dir_id)
                         .ok_or_else(|| Error::Corrupt("a directory changed".into()))?
                         .insert(e.name.clone(), id);
@@ -241,13 +265,28 @@ impl Tree {
                     }
                     (Body::File(f), _) => {
                         let words = image.block_words(e.inode, f)?;
+                        words_kept += words.len();
+                        if words_kept > MAX_WORDS {
+                            return Err(Error::Unsupported(
+                                "more data blocks than berth's writer keeps".into(),
+                            ));
+                        }
                         let end = f.blocks_start.saturating_add(stored(&words));
                         if end > data_end {
                             return Err(Error::Unsupported(
                                 "a file's blocks lie after the inode table".into(),
                             ));
                         }
-                        tree.image_data += stored(&words);
+                        if let Some((index, offset)) = f.fragment {
+                            if index >= sb.frag_count || offset >= sb.block_size {
+                                return Err(Error::Corrupt(format!(
+                                    "a file's tail in fragment {index} at {offset}"
+                                )));
+                            }
+                        }
+                        if blocks_seen.insert((f.blocks_start, words.len())) {
+                            tree.image_data += stored(&words);
+                        }
                         Content::File(FileData {
                             size: i.size,
                             start: f.blocks_start,
@@ -273,8 +312,8 @@ impl Tree {
                     .insert(e.name.clone(), id);
                 if is_dir {
                     todo.push((id, e.inode, i, depth + 1));
-                } else if i.nlink > 1 {
-                    linked.insert(e.inode, id);
+                } else {
+                    nodes.insert(e.inode, id);
                 }
             }
         }

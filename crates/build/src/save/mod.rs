@@ -162,7 +162,17 @@ fn upper_dir(dir: &Path) -> std::io::Result<OwnedFd> {
 /// user's ids: a running container that swaps a directory of its layer
 /// for a symlink while the walk goes (a live commit) then reaches only
 /// its own layer, never the user's files.
-fn upper_layer_confined(upper: &OwnedFd, out: fs::File) -> Result<(), String> {
+///
+/// A chroot alone can be left by a walk that stands in a directory
+/// someone moved out of the layer meanwhile and then meets a `..` (a
+/// symlink's): a container that reaches the layer's directory from
+/// outside could do that (another container of the user's with the store
+/// bound, for a named container's layer). So where the layer is a
+/// directory at `path` (not a running shared container's, which lives in
+/// that container's own mount namespace), the root is a bind mount of
+/// it, in a mount namespace of the child's own: the kernel refuses a `..`
+/// out of a directory that is no longer below the mount's root.
+fn upper_layer_confined(upper: &OwnedFd, path: Option<&Path>, out: fs::File) -> Result<(), String> {
     use berth_runtime::sys::process::{exit_now, fork, wait, Exit, Fork};
     use std::io::Read;
     let (said_read, said_write) = rustix::pipe::pipe().map_err(|e| format!("pipe: {e}"))?;
@@ -171,7 +181,10 @@ fn upper_layer_confined(upper: &OwnedFd, out: fs::File) -> Result<(), String> {
         Fork::Child => {
             drop(said_read);
             let result = (|| -> Result<(), String> {
-                rustix::process::fchdir(upper).map_err(|e| format!("enter it: {e}"))?;
+                match path {
+                    Some(path) => enter_bound(upper, path)?,
+                    None => rustix::process::fchdir(upper).map_err(|e| format!("enter it: {e}"))?,
+                }
                 use berth_runtime::sys::Kernel;
                 berth_runtime::sys::LINUX
                     .chroot(Path::new("."))
@@ -201,13 +214,74 @@ fn upper_layer_confined(upper: &OwnedFd, out: fs::File) -> Result<(), String> {
     }
 }
 
+/// Enters a bind mount of the directory `upper` (opened earlier, at
+/// `path`) in a new mount namespace of this process's own, whose `/tmp`
+/// is a fresh tmpfs that holds the bind (nobody else can reach it).
+fn enter_bound(upper: &OwnedFd, path: &Path) -> Result<(), String> {
+    use berth_runtime::sys::{Kernel, UnshareFlags, LINUX};
+    use rustix::fs::{Mode, OFlags};
+    let same = |fd: &OwnedFd| -> Result<bool, String> {
+        let (a, b) = (rustix::fs::fstat(fd), rustix::fs::fstat(upper));
+        match (a, b) {
+            (Ok(a), Ok(b)) => Ok((a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)),
+            (Err(e), _) | (_, Err(e)) => Err(format!("inspect it: {e}")),
+        }
+    };
+    // The directory again, in this (the worker's) mount namespace: the
+    // descriptor from before it was entered names a mount of the host's.
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let here =
+        rustix::fs::open(path, flags, Mode::empty()).map_err(|e| format!("open it again: {e}"))?;
+    if !same(&here)? {
+        return Err("it was replaced while the save started".into());
+    }
+    rustix::process::fchdir(&here).map_err(|e| format!("enter it: {e}"))?;
+    let k = &LINUX;
+    let fail = |what: &str| {
+        let what = what.to_string();
+        move |e| format!("{what} to confine the walk: {e}")
+    };
+    k.unshare(UnshareFlags::NEWNS)
+        .map_err(fail("cannot make a mount namespace"))?;
+    k.mount(
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_PRIVATE,
+        None,
+    )
+    .map_err(fail("cannot make / private"))?;
+    let tmp = Path::new("/tmp");
+    k.mount(
+        Some(Path::new("tmpfs")),
+        tmp,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        Some("size=64k,mode=0700"),
+    )
+    .map_err(fail("cannot mount a tmpfs on /tmp"))?;
+    let at = tmp.join("layer");
+    rustix::fs::mkdir(&at, Mode::from_raw_mode(0o700)).map_err(fail("cannot make /tmp/layer"))?;
+    k.mount(Some(Path::new(".")), &at, None, libc::MS_BIND, None)
+        .map_err(fail("cannot bind it"))?;
+    let bound =
+        rustix::fs::open(&at, flags, Mode::empty()).map_err(fail("cannot open the bind"))?;
+    if !same(&bound)? {
+        return Err("its bind shows another directory".into());
+    }
+    rustix::process::fchdir(&bound).map_err(|e| format!("enter it: {e}"))
+}
+
 /// Writes the image with the upper layer `upper` applied as `plan.output`.
 fn write(plan: &SavePlan, upper: &OwnedFd) -> Result<(), String> {
     // The changes, as a layer (small next to the image: spooled).
     let upper_tar = plan.spool.join("upper.tar");
     let file = fs::File::create(&upper_tar)
         .map_err(|e| format!("cannot create {}: {e}", upper_tar.display()))?;
-    upper_layer_confined(upper, file).map_err(|e| {
+    // A descriptor handed down (a running shared container's layer) is
+    // read where it is; a directory, through a bind of it.
+    let path = (!plan.upper.starts_with("/proc/self/fd")).then_some(plan.upper.as_path());
+    upper_layer_confined(upper, path, file).map_err(|e| {
         format!(
             "reading the container's changes in {}: {e}",
             plan.upper.display()

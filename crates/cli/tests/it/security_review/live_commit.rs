@@ -80,3 +80,110 @@ fn a_live_commit_never_saves_the_users_files_through_a_swapped_directory() {
     fs::write(&stop, "").unwrap();
     assert!(task.wait().unwrap().success());
 }
+
+/// A named container's layer lies in the store, where another container
+/// of the user's that has the store bound can reach it while a commit
+/// reads it: it moves a directory out of the layer and back, again and
+/// again, and exchanges a directory deep below it with a symlink whose
+/// `..`s climb to the user's files. A walk that stands in the moved
+/// directory when it meets that symlink leaves a plain chroot; the
+/// commit's walk has a bind mount of the layer as its root, out of which
+/// the kernel lets no `..` climb: none of the user's files is saved.
+#[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
+fn a_commit_never_saves_the_users_files_through_a_directory_moved_out_of_the_layer() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let d = sb.debian();
+    let (bait, stop) = (sb.home().join("bait"), sb.home().join("stop"));
+    fs::create_dir_all(&bait).unwrap();
+    for i in 0..200 {
+        fs::write(bait.join(format!("f{i}")), "host\n").unwrap();
+    }
+    sb.chown_to_user(&bait);
+    // Deep below the moved directory, so that a walk spends long enough
+    // in it for the move to land between its steps.
+    let deep: String = (1..=150).map(|i| format!("/n{i}")).collect();
+    let climb = format!(
+        "{}{}",
+        "../".repeat(400),
+        bait.display().to_string().trim_start_matches('/')
+    );
+    let make = format!(
+        "mkdir -p /d{deep}/e && for i in $(seq 0 199); do echo x > /d{deep}/e/f$i; done && ln -s {climb} /d{deep}/s"
+    );
+    sb.sh(&d, &["--name", "nswap"], &make).ok();
+    let store = sb.store();
+    let store = store.to_str().unwrap();
+    let upper = format!("{store}/containers/nswap/upper");
+    let away = format!("{store}/away");
+    fs::create_dir_all(&away).unwrap();
+    sb.chown_to_user(std::path::Path::new(&away));
+    // The other container: moves /d out and back, exchanges e and s.
+    let attack = "import ctypes, os, sys, time\n\
+                  libc = ctypes.CDLL(None, use_errno=True)\n\
+                  upper, away, stop, deep = sys.argv[1:5]\n\
+                  d, gone = upper + '/d', away + '/d'\n\
+                  e, s = (d + deep + '/e').encode(), (d + deep + '/s').encode()\n\
+                  print('ready', flush=True)\n\
+                  end = time.time() + 60\n\
+                  while not os.path.exists(stop) and time.time() < end:\n    \
+                      libc.renameat2(-100, e, -100, s, 2)\n    \
+                      os.rename(d, gone)\n    \
+                      os.rename(gone, d)\n    \
+                      libc.renameat2(-100, e, -100, s, 2)\n";
+    let bind = format!("{store}:{store}");
+    let stop_s = stop.display().to_string();
+    let args = [
+        "run",
+        "--entrypoint",
+        "",
+        "-v",
+        &bind,
+        d.as_str(),
+        "python3",
+        "-c",
+        attack,
+        &upper,
+        &away,
+        &stop_s,
+        &deep,
+    ];
+    let mut other = sb.berth(&args).stdout(Stdio::piped()).spawn().unwrap();
+    let _ready = wait_ready(&mut other);
+    let saved = sb.dir.path().join("moved.sqsh");
+    let saved = saved.to_str().unwrap();
+    let count = "find /d -type f -exec cat {} + 2>/dev/null | grep -c host; true";
+    let (mut leaked, mut saves) = (0, 0);
+    // The race is narrow: as many commits as 20 s allow.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::time::Instant::now() < until {
+        let _ = std::fs::remove_file(saved);
+        // The commit may also refuse an entry that changed under it.
+        let out = sb.run(&["commit", "nswap", saved]);
+        if out.code() != 0 {
+            assert!(!std::path::Path::new(saved).exists(), "{}", out.stderr());
+            continue;
+        }
+        saves += 1;
+        let shown = sb.run(&[
+            "run",
+            "--no-home",
+            "--entrypoint",
+            "",
+            saved,
+            "sh",
+            "-c",
+            count,
+        ]);
+        leaked += shown.ok().stdout().trim().parse::<u32>().unwrap_or(0);
+    }
+    fs::write(&stop, "").unwrap();
+    assert!(other.wait().unwrap().success());
+    eprintln!("{saves} commits, {leaked} of the user's files saved");
+    assert_eq!(leaked, 0, "the user's files were saved");
+    assert!(saves > 0, "no commit succeeded");
+}

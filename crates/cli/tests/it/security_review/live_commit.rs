@@ -7,6 +7,18 @@ use std::process::Stdio;
 use crate::harness::{wait_ready, Sandbox};
 use crate::need_env;
 
+/// 200 files of the user's that a commit must never save (`bait/f*`,
+/// "host"), and where the file that stops an attack goes.
+fn bait(sb: &Sandbox) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (bait, stop) = (sb.home().join("bait"), sb.home().join("stop"));
+    fs::create_dir_all(&bait).unwrap();
+    for i in 0..200 {
+        fs::write(bait.join(format!("f{i}")), "host\n").unwrap();
+    }
+    sb.chown_to_user(&bait);
+    (bait, stop)
+}
+
 /// A directory of the container's layer exchanged, again and again while
 /// the commit reads it, with a symlink to the user's files
 /// (`renameat2(RENAME_EXCHANGE)`): the save's worker sees the host's
@@ -22,12 +34,7 @@ fn a_live_commit_never_saves_the_users_files_through_a_swapped_directory() {
     let env = need_env!();
     let sb = Sandbox::new(env);
     let d = sb.debian();
-    let (bait, stop) = (sb.home().join("bait"), sb.home().join("stop"));
-    fs::create_dir_all(&bait).unwrap();
-    for i in 0..200 {
-        fs::write(bait.join(format!("f{i}")), "host\n").unwrap();
-    }
-    sb.chown_to_user(&bait);
+    let (bait, stop) = bait(&sb);
     // Until told to stop, and 60 s at most (a failed test stops nothing).
     let swap = "import ctypes, os, sys, time\n\
                 libc = ctypes.CDLL(None, use_errno=True)\n\
@@ -98,12 +105,7 @@ fn a_commit_never_saves_the_users_files_through_a_directory_moved_out_of_the_lay
     let env = need_env!();
     let sb = Sandbox::new(env);
     let d = sb.debian();
-    let (bait, stop) = (sb.home().join("bait"), sb.home().join("stop"));
-    fs::create_dir_all(&bait).unwrap();
-    for i in 0..200 {
-        fs::write(bait.join(format!("f{i}")), "host\n").unwrap();
-    }
-    sb.chown_to_user(&bait);
+    let (bait, stop) = bait(&sb);
     // Deep below the moved directory, so that a walk spends long enough
     // in it for the move to land between its steps.
     let deep: String = (1..=150).map(|i| format!("/n{i}")).collect();

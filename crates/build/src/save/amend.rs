@@ -31,12 +31,14 @@ const UNUSED_ALLOWED: u64 = 64 << 20;
 /// Why a save takes the full rewrite instead.
 pub(super) type Unsuitable = String;
 
-/// Writes `plan.output` as the image amended with the layer tar at
-/// `changes`; `Ok(Err(why))` where the image is not one to amend (nothing
-/// was written that matters: the caller rewrites the file whole).
-pub(super) fn amend(plan: &SavePlan, changes: &Path) -> Result<Result<(), Unsuitable>, String> {
-    let file = File::open(&plan.image)
-        .map_err(|e| format!("cannot open the image {}: {e}", plan.image.display()))?;
+/// Writes `plan.output` as the image (`file`) amended with the layer tar
+/// at `changes`; `Ok(Err(why))` where the image is not one to amend
+/// (nothing was written that matters: the caller rewrites the file whole).
+pub(super) fn amend(
+    plan: &SavePlan,
+    file: &File,
+    changes: &Path,
+) -> Result<Result<(), Unsuitable>, String> {
     let image = match file
         .try_clone()
         .map_err(Into::into)
@@ -69,7 +71,7 @@ pub(super) fn amend(plan: &SavePlan, changes: &Path) -> Result<Result<(), Unsuit
     let out = File::create(&plan.output)
         .map_err(|e| format!("cannot create {}: {e}", plan.output.display()))?;
     let written = |e: berth_squashfs::Error| e.to_string();
-    let mut appender = match Appender::start(&image, &file, out, wanted.effective_level()) {
+    let mut appender = match Appender::start(&image, file, out, wanted.effective_level()) {
         Ok(a) => a,
         Err(berth_squashfs::Error::Unsupported(why)) => return Ok(Err(why)),
         Err(e) => return Err(written(e)),

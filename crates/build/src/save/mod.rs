@@ -18,7 +18,7 @@
 
 use std::fs;
 use std::io::Write;
-use std::os::fd::OwnedFd;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -29,6 +29,7 @@ use berth_runtime::IdMode;
 use serde::{Deserialize, Serialize};
 
 mod amend;
+mod confined;
 
 /// What one save does.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -106,15 +107,23 @@ pub fn main(args: &[String]) -> i32 {
         IdMode::HostRoot => IdMode::HostRoot,
         _ => IdMode::FakeRoot,
     };
-    // The changes, opened as the caller, before entering the namespace:
-    // a live shared container's layer comes as a descriptor berth commit
-    // took from the container's anchor and handed down (`/proc/self/fd/N`).
-    let upper = match upper_dir(&plan.upper) {
-        Ok(fd) => fd,
+    // The changes and the image, opened as the caller, before entering
+    // the namespace; either may come as a descriptor berth commit opened
+    // and handed down (`/proc/self/fd/N`): a live shared container's layer
+    // taken from its anchor, a named container's opened inside the store,
+    // the image file whose id it checked.
+    let opened = confined::Layer::open(&plan.upper).and_then(|layer| {
+        let image = open_handed(&plan.image)?;
+        layer.enter()?;
+        Ok((layer, image))
+    });
+    let (layer, image) = match opened {
+        Ok(o) => o,
         Err(e) => {
             eprintln!(
-                "berth: error: cannot open the container's changes {}: {e}",
-                plan.upper.display()
+                "berth: error: cannot open the container's changes {} or its image {}: {e}",
+                plan.upper.display(),
+                plan.image.display()
             );
             return 1;
         }
@@ -125,7 +134,10 @@ pub fn main(args: &[String]) -> i32 {
         );
         return 1;
     }
-    let result = write(&plan, &upper);
+    let result = layer
+        .here()
+        .map_err(|e| format!("cannot open the container's changes again: {e}"))
+        .and_then(|layer| write(&plan, &layer, &image));
     if let Some(dir) = &plan.remove {
         let _ = fs::remove_dir_all(dir);
     }
@@ -139,155 +151,35 @@ pub fn main(args: &[String]) -> i32 {
     }
 }
 
-/// The upper directory `dir` (`O_PATH`): the descriptor handed down as
+/// `path` opened for reading: the descriptor handed down as
 /// `/proc/self/fd/N`, taken over (and kept from the programs the save
-/// starts), or the directory opened.
-fn upper_dir(dir: &Path) -> std::io::Result<OwnedFd> {
-    use rustix::fs::{Mode, OFlags};
-    let handed = dir
+/// starts), or the file opened.
+fn open_handed(path: &Path) -> std::io::Result<fs::File> {
+    let handed = path
         .to_str()
         .and_then(|d| d.strip_prefix("/proc/self/fd/"))
         .and_then(|n| n.parse().ok())
         .and_then(berth_runtime::sys::take_inherited_fd);
-    if let Some(file) = handed {
-        return Ok(file.into());
-    }
-    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
-    Ok(rustix::fs::open(dir, flags, Mode::empty())?)
-}
-
-/// The changes in `upper` as a layer tar in `out` (synced), read by a
-/// forked child confined to the directory (`chroot`). The walk follows a
-/// path's middle parts, and this worker sees the host's files with the
-/// user's ids: a running container that swaps a directory of its layer
-/// for a symlink while the walk goes (a live commit) then reaches only
-/// its own layer, never the user's files.
-///
-/// A chroot alone can be left by a walk that stands in a directory
-/// someone moved out of the layer meanwhile and then meets a `..` (a
-/// symlink's): a container that reaches the layer's directory from
-/// outside could do that (another container of the user's with the store
-/// bound, for a named container's layer). So where the layer is a
-/// directory at `path` (not a running shared container's, which lives in
-/// that container's own mount namespace), the root is a bind mount of
-/// it, in a mount namespace of the child's own: the kernel refuses a `..`
-/// out of a directory that is no longer below the mount's root.
-fn upper_layer_confined(upper: &OwnedFd, path: Option<&Path>, out: fs::File) -> Result<(), String> {
-    use berth_runtime::sys::process::{exit_now, fork, wait, Exit, Fork};
-    use std::io::Read;
-    let (said_read, said_write) = rustix::pipe::pipe().map_err(|e| format!("pipe: {e}"))?;
-    // The worker has started no thread: the child may run ordinary code.
-    match fork().map_err(|e| format!("fork: {e}"))? {
-        Fork::Child => {
-            drop(said_read);
-            let result = (|| -> Result<(), String> {
-                match path {
-                    Some(path) => enter_bound(upper, path)?,
-                    None => rustix::process::fchdir(upper).map_err(|e| format!("enter it: {e}"))?,
-                }
-                use berth_runtime::sys::Kernel;
-                berth_runtime::sys::LINUX
-                    .chroot(Path::new("."))
-                    .map_err(|e| format!("confine the walk to it: {e}"))?;
-                let out = crate::layer::upper_layer(Path::new("/"), std::io::BufWriter::new(out))
-                    .map_err(|e| e.to_string())?;
-                out.into_inner()
-                    .map_err(|e| e.to_string())?
-                    .sync_all()
-                    .map_err(|e| e.to_string())
-            })();
-            if let Err(e) = &result {
-                let _ = rustix::io::write(&said_write, e.as_bytes());
-            }
-            exit_now(i32::from(result.is_err()))
-        }
-        Fork::Parent(pid) => {
-            drop(said_write);
-            let mut said = String::new();
-            let _ = fs::File::from(said_read).read_to_string(&mut said);
-            match wait(pid, false) {
-                Ok(Some((_, Exit::Code(0)))) => Ok(()),
-                _ if !said.is_empty() => Err(said),
-                other => Err(format!("its reader ended: {other:?}")),
-            }
-        }
+    match handed {
+        Some(file) => Ok(file),
+        None => fs::File::open(path),
     }
 }
 
-/// Enters a bind mount of the directory `upper` (opened earlier, at
-/// `path`) in a new mount namespace of this process's own, whose `/tmp`
-/// is a fresh tmpfs that holds the bind (nobody else can reach it).
-fn enter_bound(upper: &OwnedFd, path: &Path) -> Result<(), String> {
-    use berth_runtime::sys::{Kernel, UnshareFlags, LINUX};
-    use rustix::fs::{Mode, OFlags};
-    let same = |fd: &OwnedFd| -> Result<bool, String> {
-        let (a, b) = (rustix::fs::fstat(fd), rustix::fs::fstat(upper));
-        match (a, b) {
-            (Ok(a), Ok(b)) => Ok((a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)),
-            (Err(e), _) | (_, Err(e)) => Err(format!("inspect it: {e}")),
-        }
-    };
-    // The directory again, in this (the worker's) mount namespace: the
-    // descriptor from before it was entered names a mount of the host's.
-    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
-    let here =
-        rustix::fs::open(path, flags, Mode::empty()).map_err(|e| format!("open it again: {e}"))?;
-    if !same(&here)? {
-        return Err("it was replaced while the save started".into());
-    }
-    rustix::process::fchdir(&here).map_err(|e| format!("enter it: {e}"))?;
-    let k = &LINUX;
-    let fail = |what: &str| {
-        let what = what.to_string();
-        move |e| format!("{what} to confine the walk: {e}")
-    };
-    k.unshare(UnshareFlags::NEWNS)
-        .map_err(fail("cannot make a mount namespace"))?;
-    k.mount(
-        None,
-        Path::new("/"),
-        None,
-        libc::MS_REC | libc::MS_PRIVATE,
-        None,
-    )
-    .map_err(fail("cannot make / private"))?;
-    let tmp = Path::new("/tmp");
-    k.mount(
-        Some(Path::new("tmpfs")),
-        tmp,
-        Some("tmpfs"),
-        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-        Some("size=64k,mode=0700"),
-    )
-    .map_err(fail("cannot mount a tmpfs on /tmp"))?;
-    let at = tmp.join("layer");
-    rustix::fs::mkdir(&at, Mode::from_raw_mode(0o700)).map_err(fail("cannot make /tmp/layer"))?;
-    k.mount(Some(Path::new(".")), &at, None, libc::MS_BIND, None)
-        .map_err(fail("cannot bind it"))?;
-    let bound =
-        rustix::fs::open(&at, flags, Mode::empty()).map_err(fail("cannot open the bind"))?;
-    if !same(&bound)? {
-        return Err("its bind shows another directory".into());
-    }
-    rustix::process::fchdir(&bound).map_err(|e| format!("enter it: {e}"))
-}
-
-/// Writes the image with the upper layer `upper` applied as `plan.output`.
-fn write(plan: &SavePlan, upper: &OwnedFd) -> Result<(), String> {
+/// Writes the image `image` with the changes of `layer` applied as
+/// `plan.output`.
+fn write(plan: &SavePlan, layer: &confined::Layer, image: &fs::File) -> Result<(), String> {
     // The changes, as a layer (small next to the image: spooled).
     let upper_tar = plan.spool.join("upper.tar");
     let file = fs::File::create(&upper_tar)
         .map_err(|e| format!("cannot create {}: {e}", upper_tar.display()))?;
-    // A descriptor handed down (a running shared container's layer) is
-    // read where it is; a directory, through a bind of it.
-    let path = (!plan.upper.starts_with("/proc/self/fd")).then_some(plan.upper.as_path());
-    upper_layer_confined(upper, path, file).map_err(|e| {
+    layer.read_confined(file).map_err(|e| {
         format!(
             "reading the container's changes in {}: {e}",
             plan.upper.display()
         )
     })?;
-    match amend::amend(plan, &upper_tar) {
+    match amend::amend(plan, image, &upper_tar) {
         Ok(Ok(())) => {
             let _ = fs::remove_file(&upper_tar);
             return Ok(());
@@ -298,9 +190,12 @@ fn write(plan: &SavePlan, upper: &OwnedFd) -> Result<(), String> {
             return Err(e);
         }
     }
-    let mut image = Command::new(sqfs2tar())
+    // sqfs2tar reads the same file, through a copy of the descriptor that
+    // it inherits (the worker's own are kept from it).
+    let inherited = rustix::io::dup(image).map_err(|e| format!("dup: {e}"))?;
+    let spawned = Command::new(sqfs2tar())
         .arg("--no-skip")
-        .arg(&plan.image)
+        .arg(format!("/proc/self/fd/{}", inherited.as_raw_fd()))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -310,7 +205,9 @@ fn write(plan: &SavePlan, upper: &OwnedFd) -> Result<(), String> {
                 sqfs2tar().display()
             )
         })?;
-    let stream = image
+    drop(inherited);
+    let mut reader = spawned;
+    let stream = reader
         .stdout
         .take()
         .ok_or_else(|| "sqfs2tar gave no output pipe".to_string())?;
@@ -335,7 +232,7 @@ fn write(plan: &SavePlan, upper: &OwnedFd) -> Result<(), String> {
         Ok(())
     })();
     let _ = fs::remove_file(&upper_tar);
-    let status = image.wait().map_err(|e| e.to_string())?;
+    let status = reader.wait().map_err(|e| e.to_string())?;
     if let Err(e) = flattened {
         writer.abort();
         return Err(e);
@@ -343,7 +240,7 @@ fn write(plan: &SavePlan, upper: &OwnedFd) -> Result<(), String> {
     if !status.success() {
         writer.abort();
         let mut msg = String::new();
-        if let Some(mut err) = image.stderr.take() {
+        if let Some(mut err) = reader.stderr.take() {
             let _ = std::io::Read::read_to_string(&mut err, &mut msg);
         }
         return Err(format!(

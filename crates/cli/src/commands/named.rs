@@ -84,7 +84,7 @@ pub fn commit(ctx: &Context, args: CommitArgs) -> Result<ExitCode> {
             return commit_shared(&config, &caller, &args, &info, share);
         }
     }
-    let (record, dir, held) = named::take_or_snapshot(&config, &args.name)?;
+    let (record, _dir, held) = named::take_or_snapshot(&config, &args.name)?;
     if matches!(held, named::Held::Live(_)) {
         eprintln!(
             "berth: container {} is running: saving its changes as they are now (a file being written at this moment may be saved part-written; let its writers finish first for a consistent image)",
@@ -104,19 +104,43 @@ pub fn commit(ctx: &Context, args: CommitArgs) -> Result<ExitCode> {
         file.as_deref(),
     )?;
     let img = &found.image;
+    // The layer, opened inside the store (no symlink there leads out of
+    // it) and handed down to the save's worker: a directory that another
+    // container of the user's, with the store bound, replaced by a symlink
+    // to the user's files is not what gets saved.
+    let layer = open_layer(&config, &record.name)?;
+    rustix::io::fcntl_setfd(&layer, rustix::io::FdFlags::empty())?;
     let job = SaveJob {
         target,
-        upper: dir.join("upper"),
+        upper: format!("/proc/self/fd/{}", layer.as_raw_fd()).into(),
         temporary: None,
-        image: img.squashfs_path(),
+        image: save_source(&found)?,
         base: img.record.id.clone(),
         run: img.record.run.clone(),
         mode: named::mode_of(&record),
         config: config.clone(),
     };
     let line = save::save(&job, &caller.berth_exe)?;
+    drop(layer);
     eprintln!("berth: {line}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The upper directory of named container `name`, opened inside the store
+/// (`openat2(RESOLVE_IN_ROOT)`, or a walk that follows no symlink out).
+fn open_layer(config: &berth_config::Config, name: &str) -> Result<std::os::fd::OwnedFd> {
+    use berth_runtime::sys::Kernel;
+    use rustix::fs::{Mode, OFlags};
+    use std::os::fd::AsFd;
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let store = rustix::fs::open(&config.store, flags, Mode::empty())
+        .map_err(|e| anyhow::anyhow!("cannot open the store {}: {e}", config.store.display()))?;
+    let rel = format!("containers/{name}/upper");
+    berth_runtime::sys::LINUX
+        .open_in_root(store.as_fd(), &rel, flags)
+        .map_err(|e| {
+            anyhow::anyhow!("container {name}: cannot open its changes {rel} in the store: {e}")
+        })
 }
 
 /// `berth commit KEY TARGET` of a live shared container (`berth run
@@ -157,7 +181,7 @@ fn commit_shared(
         target,
         upper: format!("/proc/self/fd/{}", layer.as_raw_fd()).into(),
         temporary: None,
-        image: img.squashfs_path(),
+        image: save_source(&found)?,
         base: img.record.id.clone(),
         run: img.record.run.clone(),
         mode: info.mode,
@@ -167,6 +191,20 @@ fn commit_shared(
     drop((layer, share));
     eprintln!("berth: {line}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The image file a save reads: the descriptor the lookup opened (the file
+/// whose id was checked), handed down to the save's worker as
+/// `/proc/self/fd/N`, so that a file replaced at its path meanwhile is
+/// not read instead; else its path.
+fn save_source(found: &berth_engine::image::Found) -> Result<std::path::PathBuf> {
+    match &found.file {
+        Some(f) => {
+            rustix::io::fcntl_setfd(f, rustix::io::FdFlags::empty())?;
+            Ok(format!("/proc/self/fd/{}", f.as_raw_fd()).into())
+        }
+        None => Ok(found.image.squashfs_path()),
+    }
 }
 
 /// The image a container (`who`) runs: from the store by its id, or the
@@ -180,7 +218,9 @@ fn container_image(
     image_id: &str,
     file: Option<&std::path::Path>,
 ) -> Result<berth_engine::image::Found> {
-    let in_store = match berth_engine::image::find(config, image_id, true) {
+    // The store read now, not the node's copy of the record: the file is
+    // opened, and handed to the save as the one whose id was checked.
+    let in_store = match berth_engine::image::find(config, image_id, false) {
         Ok(found) => return Ok(found),
         Err(e) => e,
     };

@@ -59,6 +59,7 @@ fn a_live_commit_never_saves_the_users_files_through_a_swapped_directory() {
     // Regular files only, the home not bound: a saved symlink into the
     // home would otherwise show the live bait.
     let count = "find /d /s -type f -exec cat {} + 2>/dev/null | grep -c host; true";
+    let mut saves = 0;
     for _ in 0..3 {
         let _ = std::fs::remove_file(saved);
         // The commit may also refuse an entry whose kind changed under it;
@@ -83,9 +84,11 @@ fn a_live_commit_never_saves_the_users_files_through_a_swapped_directory() {
             "0",
             "the user's files were saved"
         );
+        saves += 1;
     }
     fs::write(&stop, "").unwrap();
     assert!(task.wait().unwrap().success());
+    assert!(saves > 0, "no commit succeeded");
 }
 
 /// A named container's layer lies in the store, where another container
@@ -188,4 +191,50 @@ fn a_commit_never_saves_the_users_files_through_a_directory_moved_out_of_the_lay
     eprintln!("{saves} commits, {leaked} of the user's files saved");
     assert_eq!(leaked, 0, "the user's files were saved");
     assert!(saves > 0, "no commit succeeded");
+}
+
+/// The same other container replaces the named container's layer
+/// directory in the store by a symlink to the user's files, before the
+/// commit: the commit opens the layer inside the store, where no symlink
+/// leads out, so it saves none of them (it finds no layer).
+#[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
+fn a_commit_never_saves_the_users_files_through_a_layer_replaced_by_a_symlink() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    let d = sb.debian();
+    let (bait, _) = bait(&sb);
+    sb.sh(&d, &["--name", "nlink"], "echo mine > /mine").ok();
+    let upper = sb.store().join("containers/nlink/upper");
+    let away = sb.store().join("containers/nlink/upper.away");
+    fs::rename(&upper, &away).unwrap();
+    std::os::unix::fs::symlink(&bait, &upper).unwrap();
+    let saved = sb.dir.path().join("link.sqsh");
+    let out = sb.run(&["commit", "nlink", saved.to_str().unwrap()]);
+    if out.code() == 0 {
+        let shown = sb.run(&[
+            "run",
+            "--no-home",
+            "--entrypoint",
+            "",
+            saved.to_str().unwrap(),
+            "sh",
+            "-c",
+            "cat /f* 2>/dev/null | grep -c host; true",
+        ]);
+        assert_eq!(
+            shown.ok().stdout().trim(),
+            "0",
+            "the user's files were saved"
+        );
+    } else {
+        assert!(
+            out.stderr().contains("cannot open its changes"),
+            "{}",
+            out.stderr()
+        );
+    }
 }

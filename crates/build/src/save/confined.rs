@@ -55,7 +55,8 @@ impl Layer {
                 handed: true,
             });
         }
-        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        // The layer's own directory, never a symlink (berth made it).
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         Ok(Layer {
             fd: rustix::fs::open(dir, flags, Mode::empty())?,
             handed: false,

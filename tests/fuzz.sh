@@ -6,7 +6,8 @@
 #
 # Targets: reference, manifest, layer (the layer applier: no emitted path
 # or hard link outside the root), ldcache, cdi, config, squashfs (the
-# reader, seeded with mksquashfs images of each compressor). Needs the nightly
+# reader, seeded with mksquashfs images of each compressor), amend (the
+# writer amending such an image, same seeds). Needs the nightly
 # toolchain and cargo-fuzz (installed here when missing). A crash stops the
 # run with its input in fuzz/artifacts/TARGET/; it becomes a regression
 # test next to the code it broke. CI runs 10 s each (tests/run.sh).
@@ -21,7 +22,7 @@ while (($#)); do
         *) TARGETS+=("$1"); shift ;;
     esac
 done
-((${#TARGETS[@]})) || TARGETS=(reference manifest layer ldcache cdi config squashfs)
+((${#TARGETS[@]})) || TARGETS=(reference manifest layer ldcache cdi config squashfs amend)
 log() { echo "fuzz.sh: $*" >&2; }
 # Exit 3: the tools could not be had (no network to the toolchain
 # server, say): tests/run.sh reports the fuzz run as skipped, not failed.
@@ -130,6 +131,9 @@ if command -v mksquashfs > /dev/null; then
     done
     rm -rf "$sq"
 fi
+# amend: the same images.
+install -d corpus/amend
+cp corpus/squashfs/seed-* corpus/amend/ 2>/dev/null || true
 install -d corpus/ldcache
 if [[ -r /etc/ld.so.cache ]]; then cp /etc/ld.so.cache corpus/ldcache/seed-host 2>/dev/null || true; fi
 

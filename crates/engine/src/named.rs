@@ -48,9 +48,27 @@ pub struct Listed {
     pub in_use: bool,
 }
 
+/// The store's directory of named containers.
+const CONTAINERS: &str = "containers";
+
 /// Where a store keeps its named containers.
 pub fn containers_dir(config: &Config) -> PathBuf {
-    config.store.join("containers")
+    config.store.join(CONTAINERS)
+}
+
+/// The changes (the overlay's `upper/`) of container `name`, opened inside
+/// the store (`openat2(RESOLVE_IN_ROOT)`, or a walk that follows no
+/// symlink out of it): what another container of the user's with the store
+/// bound put in their place cannot lead out of the store.
+/// (`name` is one [`validate_name`] passed.)
+pub fn open_upper(config: &Config, name: &str) -> std::io::Result<std::os::fd::OwnedFd> {
+    use berth_runtime::sys::Kernel;
+    use rustix::fs::{Mode, OFlags};
+    use std::os::fd::AsFd;
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let store = rustix::fs::open(&config.store, flags, Mode::empty())?;
+    let rel = format!("{CONTAINERS}/{name}/upper");
+    Ok(berth_runtime::sys::LINUX.open_in_root(store.as_fd(), &rel, flags)?)
 }
 
 /// A name is letters, digits, `_`, `.` and `-`, starting with a letter or

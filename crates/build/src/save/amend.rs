@@ -105,11 +105,10 @@ pub(super) fn amend(
 
 /// The directories the layer tar `r` marks opaque (`DIR/.wh..wh..opq`).
 fn opaque_dirs(r: impl Read) -> Result<HashSet<Vec<Vec<u8>>>, String> {
-    let bad = |e: std::io::Error| format!("reading the container's changes: {e}");
     let mut archive = tar::Archive::new(r);
     let mut out = HashSet::new();
-    for entry in archive.entries().map_err(bad)? {
-        let entry = entry.map_err(bad)?;
+    for entry in archive.entries().map_err(unreadable)? {
+        let entry = entry.map_err(unreadable)?;
         let mut parts = components(&entry.path_bytes())?;
         if parts
             .pop()
@@ -134,10 +133,9 @@ impl Changes<'_> {
     /// Applies the layer tar `r` (OCI whiteouts), the new files' data
     /// written by `out`.
     fn apply(&mut self, out: &mut Appender, r: impl Read) -> Result<(), String> {
-        let bad = |e: std::io::Error| format!("reading the container's changes: {e}");
         let mut archive = tar::Archive::new(r);
-        for entry in archive.entries().map_err(bad)? {
-            let mut entry = entry.map_err(bad)?;
+        for entry in archive.entries().map_err(unreadable)? {
+            let mut entry = entry.map_err(unreadable)?;
             let path = entry.path_bytes().into_owned();
             let parts = components(&path)?;
             match parts.split_last() {
@@ -163,11 +161,7 @@ impl Changes<'_> {
         if entry.header().entry_type() == tar::EntryType::Directory {
             let attrs = attrs_of(entry.header())?;
             let root = self.tree.root();
-            let node = self.tree.node_mut(root);
-            node.attrs = Attrs {
-                xattrs: node.attrs.xattrs.clone(),
-                ..attrs
-            };
+            restamp(self.tree.node_mut(root), attrs);
         }
         Ok(())
     }
@@ -207,13 +201,9 @@ impl Changes<'_> {
                     .child(parent, name)
                     .filter(|&id| tree.node(id).is_dir())
                 {
-                    // A directory of the image, changed: its entries stay
-                    // (and its xattrs, which the layer does not carry).
+                    // A directory of the image, changed: its entries stay.
                     let node = tree.node_mut(id);
-                    node.attrs = Attrs {
-                        xattrs: node.attrs.xattrs.clone(),
-                        ..attrs
-                    };
+                    restamp(node, attrs);
                     node.layer = 1;
                     let mut at = parents.to_vec();
                     at.push(name.to_vec());
@@ -322,14 +312,27 @@ impl Changes<'_> {
     }
 }
 
+/// An error reading the layer tar.
+fn unreadable(e: std::io::Error) -> String {
+    format!("reading the container's changes: {e}")
+}
+
+/// Gives the image's `node` the attributes `attrs` of the layer's entry
+/// for it, keeping its xattrs (the layer carries none).
+fn restamp(node: &mut Node, attrs: Attrs) {
+    node.attrs = Attrs {
+        xattrs: node.attrs.xattrs.clone(),
+        ..attrs
+    };
+}
+
 /// The attributes in a layer entry's header.
 fn attrs_of(h: &tar::Header) -> Result<Attrs, String> {
-    let bad = |e: std::io::Error| format!("reading the container's changes: {e}");
     Ok(Attrs {
-        perm: (h.mode().map_err(bad)? & 0o7777) as u16,
-        uid: h.uid().map_err(bad)? as u32,
-        gid: h.gid().map_err(bad)? as u32,
-        mtime: h.mtime().map_err(bad)?.min(u64::from(u32::MAX)) as u32,
+        perm: (h.mode().map_err(unreadable)? & 0o7777) as u16,
+        uid: h.uid().map_err(unreadable)? as u32,
+        gid: h.gid().map_err(unreadable)? as u32,
+        mtime: h.mtime().map_err(unreadable)?.min(u64::from(u32::MAX)) as u32,
         xattrs: Arc::default(),
     })
 }

@@ -40,16 +40,10 @@ pub(super) struct Layer {
 const BIND_HOLDERS: [&str; 4] = ["/tmp", "/mnt", "/var/tmp", "/dev"];
 
 impl Layer {
-    /// The upper directory `dir`: the descriptor handed down as
-    /// `/proc/self/fd/N`, taken over (and kept from the programs the save
-    /// starts), or the directory opened.
+    /// The upper directory `dir`: the descriptor handed down
+    /// ([`super::taken_over`]), or the directory opened.
     pub(super) fn open(dir: &Path) -> std::io::Result<Self> {
-        let handed = dir
-            .to_str()
-            .and_then(|d| d.strip_prefix("/proc/self/fd/"))
-            .and_then(|n| n.parse().ok())
-            .and_then(berth_runtime::sys::take_inherited_fd);
-        if let Some(file) = handed {
+        if let Some(file) = super::taken_over(dir) {
             return Ok(Layer {
                 fd: file.into(),
                 handed: true,
@@ -93,12 +87,10 @@ impl Layer {
                 drop(said_read);
                 let result = (|| -> Result<(), String> {
                     rustix::process::fchdir(&self.fd).map_err(|e| format!("enter it: {e}"))?;
+                    // Unbound, the working directory is still the layer.
                     match enter_bound(&self.fd)? {
                         Bound::Entered => {}
-                        Bound::OtherNamespace if self.handed => {
-                            rustix::process::fchdir(&self.fd)
-                                .map_err(|e| format!("enter it: {e}"))?;
-                        }
+                        Bound::OtherNamespace if self.handed => {}
                         Bound::OtherNamespace => {
                             return Err("cannot bind it to confine the walk: it lies in another mount namespace".into())
                         }

@@ -151,16 +151,20 @@ pub fn main(args: &[String]) -> i32 {
     }
 }
 
-/// `path` opened for reading: the descriptor handed down as
+/// The descriptor `path` names when it is one handed down as
 /// `/proc/self/fd/N`, taken over (and kept from the programs the save
-/// starts), or the file opened.
-fn open_handed(path: &Path) -> std::io::Result<fs::File> {
-    let handed = path
-        .to_str()
+/// starts).
+fn taken_over(path: &Path) -> Option<fs::File> {
+    path.to_str()
         .and_then(|d| d.strip_prefix("/proc/self/fd/"))
         .and_then(|n| n.parse().ok())
-        .and_then(berth_runtime::sys::take_inherited_fd);
-    match handed {
+        .and_then(berth_runtime::sys::take_inherited_fd)
+}
+
+/// `path` opened for reading: the descriptor handed down
+/// ([`taken_over`]), or the file opened.
+fn open_handed(path: &Path) -> std::io::Result<fs::File> {
+    match taken_over(path) {
         Some(file) => Ok(file),
         None => fs::File::open(path),
     }
@@ -193,7 +197,7 @@ fn write(plan: &SavePlan, layer: &confined::Layer, image: &fs::File) -> Result<(
     // sqfs2tar reads the same file, through a copy of the descriptor that
     // it inherits (the worker's own are kept from it).
     let inherited = rustix::io::dup(image).map_err(|e| format!("dup: {e}"))?;
-    let spawned = Command::new(sqfs2tar())
+    let mut reader = Command::new(sqfs2tar())
         .arg("--no-skip")
         .arg(format!("/proc/self/fd/{}", inherited.as_raw_fd()))
         .stdout(Stdio::piped())
@@ -206,7 +210,6 @@ fn write(plan: &SavePlan, layer: &confined::Layer, image: &fs::File) -> Result<(
             )
         })?;
     drop(inherited);
-    let mut reader = spawned;
     let stream = reader
         .stdout
         .take()

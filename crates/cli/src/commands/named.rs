@@ -108,11 +108,19 @@ pub fn commit(ctx: &Context, args: CommitArgs) -> Result<ExitCode> {
     // it) and handed down to the save's worker: a directory that another
     // container of the user's, with the store bound, replaced by a symlink
     // to the user's files is not what gets saved.
-    let layer = open_layer(&config, &record.name)?;
-    rustix::io::fcntl_setfd(&layer, rustix::io::FdFlags::empty())?;
+    let layer = named::open_upper(&config, &record.name).map_err(|e| {
+        anyhow::anyhow!(
+            "container {}: cannot open its changes {} in the store: {e}",
+            record.name,
+            named::containers_dir(&config)
+                .join(&record.name)
+                .join("upper")
+                .display()
+        )
+    })?;
     let job = SaveJob {
         target,
-        upper: format!("/proc/self/fd/{}", layer.as_raw_fd()).into(),
+        upper: hand_down(&layer)?,
         temporary: None,
         image: save_source(&found)?,
         base: img.record.id.clone(),
@@ -124,23 +132,6 @@ pub fn commit(ctx: &Context, args: CommitArgs) -> Result<ExitCode> {
     drop(layer);
     eprintln!("berth: {line}");
     Ok(ExitCode::SUCCESS)
-}
-
-/// The upper directory of named container `name`, opened inside the store
-/// (`openat2(RESOLVE_IN_ROOT)`, or a walk that follows no symlink out).
-fn open_layer(config: &berth_config::Config, name: &str) -> Result<std::os::fd::OwnedFd> {
-    use berth_runtime::sys::Kernel;
-    use rustix::fs::{Mode, OFlags};
-    use std::os::fd::AsFd;
-    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
-    let store = rustix::fs::open(&config.store, flags, Mode::empty())
-        .map_err(|e| anyhow::anyhow!("cannot open the store {}: {e}", config.store.display()))?;
-    let rel = format!("containers/{name}/upper");
-    berth_runtime::sys::LINUX
-        .open_in_root(store.as_fd(), &rel, flags)
-        .map_err(|e| {
-            anyhow::anyhow!("container {name}: cannot open its changes {rel} in the store: {e}")
-        })
 }
 
 /// `berth commit KEY TARGET` of a live shared container (`berth run
@@ -174,12 +165,9 @@ fn commit_shared(
         info.squashfs.as_deref(),
     )?;
     let img = &found.image;
-    // The save's worker inherits the layer's descriptor (same number) and
-    // reads it through its own /proc/self/fd.
-    rustix::io::fcntl_setfd(&layer, rustix::io::FdFlags::empty())?;
     let job = SaveJob {
         target,
-        upper: format!("/proc/self/fd/{}", layer.as_raw_fd()).into(),
+        upper: hand_down(&layer)?,
         temporary: None,
         image: save_source(&found)?,
         base: img.record.id.clone(),
@@ -199,12 +187,17 @@ fn commit_shared(
 /// not read instead; else its path.
 fn save_source(found: &berth_engine::image::Found) -> Result<std::path::PathBuf> {
     match &found.file {
-        Some(f) => {
-            rustix::io::fcntl_setfd(f, rustix::io::FdFlags::empty())?;
-            Ok(format!("/proc/self/fd/{}", f.as_raw_fd()).into())
-        }
+        Some(f) => hand_down(f),
         None => Ok(found.image.squashfs_path()),
     }
+}
+
+/// `fd` made inheritable, for the save's worker, which inherits it (same
+/// number) and reads it through its own `/proc/self/fd/N`.
+fn hand_down(fd: impl std::os::fd::AsFd) -> Result<std::path::PathBuf> {
+    let fd = fd.as_fd();
+    rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
+    Ok(format!("/proc/self/fd/{}", fd.as_raw_fd()).into())
 }
 
 /// The image a container (`who`) runs: from the store by its id, or the

@@ -13,9 +13,9 @@ use super::piece::{self, Piece};
 use super::Image;
 
 /// Bit 24 of a size word: stored uncompressed.
-const UNCOMPRESSED: u32 = 1 << 24;
+pub(crate) const UNCOMPRESSED: u32 = 1 << 24;
 /// A size word's size bits.
-const SIZE_MASK: u32 = UNCOMPRESSED - 1;
+pub(crate) const SIZE_MASK: u32 = UNCOMPRESSED - 1;
 /// Block positions are kept for every this many blocks.
 const STRIDE: usize = 1024;
 

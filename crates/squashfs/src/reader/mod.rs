@@ -10,7 +10,7 @@ mod cache;
 pub mod compress;
 mod dir;
 mod error;
-mod file;
+pub(crate) mod file;
 mod inode;
 mod lzo;
 mod metadata;

@@ -114,18 +114,12 @@ impl Layout {
     pub(super) fn write(self, a: Appender) -> Result<u64> {
         let Appender {
             out,
-            pos,
+            mut pos,
             sb_bytes,
-            comp,
+            mut comp,
             fragments,
             ..
         } = a;
-        let mut a = Parts {
-            comp,
-            fragments,
-            sb_bytes,
-        };
-        let mut pos = pos;
         let mut put = |bytes: &[u8], pos: &mut u64| -> Result<u64> {
             let at = *pos;
             out.write_all_at(bytes, at).map_err(Error::Write)?;
@@ -134,11 +128,10 @@ impl Layout {
         };
         let inode_table = put(&self.inodes, &mut pos)?;
         let dir_table = put(&self.dirs, &mut pos)?;
-        let frag_table = if a.fragments.is_empty() {
+        let frag_table = if fragments.is_empty() {
             NO_TABLE
         } else {
-            let entries: Vec<u8> = a
-                .fragments
+            let entries: Vec<u8> = fragments
                 .iter()
                 .flat_map(|&(start, word)| {
                     let mut e = start.to_le_bytes().to_vec();
@@ -147,10 +140,10 @@ impl Layout {
                     e
                 })
                 .collect();
-            table(&entries, &mut a.comp, &mut pos, &mut put)?
+            table(&entries, &[], &mut comp, &mut pos, &mut put)?
         };
         let id_bytes: Vec<u8> = self.ids.iter().flat_map(|i| i.to_le_bytes()).collect();
-        let id_table = table(&id_bytes, &mut a.comp, &mut pos, &mut put)?;
+        let id_table = table(&id_bytes, &[], &mut comp, &mut pos, &mut put)?;
         let xattr_table = if self.xattr_sets.is_empty() {
             NO_TABLE
         } else {
@@ -168,31 +161,26 @@ impl Layout {
                     e.extend(rest);
                     e.extend((value.len() as u32).to_le_bytes());
                     e.extend(value);
-                    kv.write(&mut a.comp, &e)?;
+                    kv.write(&mut comp, &e)?;
                     size += (name.len() + value.len()) as u32;
                 }
                 ids.extend(((block << 16) | u64::from(offset)).to_le_bytes());
                 ids.extend((set.len() as u32).to_le_bytes());
                 ids.extend(size.to_le_bytes());
             }
-            let kv_start = put(&kv.finish(&mut a.comp)?.0, &mut pos)?;
-            let mut idm = MetaWriter::default();
-            idm.write(&mut a.comp, &ids)?;
-            let (blocks, starts) = idm.finish(&mut a.comp)?;
-            let blocks_at = put(&blocks, &mut pos)?;
+            let kv_start = put(&kv.finish(&mut comp)?.0, &mut pos)?;
+            // The xattr id table's index follows a header: where the pairs
+            // start, and how many ids.
             let mut header = kv_start.to_le_bytes().to_vec();
             header.extend((self.xattr_sets.len() as u32).to_le_bytes());
             header.extend([0; 4]);
-            for s in starts {
-                header.extend((blocks_at + s).to_le_bytes());
-            }
-            put(&header, &mut pos)?
+            table(&ids, &header, &mut comp, &mut pos, &mut put)?
         };
         let bytes_used = pos;
-        let mut sb = a.sb_bytes;
+        let mut sb = sb_bytes;
         let set = |sb: &mut [u8], at: usize, v: &[u8]| sb[at..at + v.len()].copy_from_slice(v);
         set(&mut sb, 4, &self.inode_count.to_le_bytes());
-        set(&mut sb, 16, &(a.fragments.len() as u32).to_le_bytes());
+        set(&mut sb, 16, &(fragments.len() as u32).to_le_bytes());
         let mut flags = u16::from_le_bytes([sb[24], sb[25]]) & !STALE_FLAGS;
         if self.xattr_sets.is_empty() {
             flags |= NO_XATTRS;
@@ -215,17 +203,11 @@ impl Layout {
     }
 }
 
-/// What the writing of the tables needs of the appender besides its file.
-struct Parts {
-    comp: BlockCompressor,
-    fragments: Vec<(u64, u32)>,
-    sb_bytes: [u8; crate::reader::superblock::SIZE],
-}
-
-/// Writes `entries` as metadata blocks and then their index (the blocks'
-/// positions); where the index is.
+/// Writes `entries` as metadata blocks, then `header` and the blocks'
+/// index (their positions); where the header (or the index) is.
 fn table(
     entries: &[u8],
+    header: &[u8],
     comp: &mut BlockCompressor,
     pos: &mut u64,
     put: &mut impl FnMut(&[u8], &mut u64) -> Result<u64>,
@@ -234,7 +216,8 @@ fn table(
     m.write(comp, entries)?;
     let (blocks, starts) = m.finish(comp)?;
     let at = put(&blocks, pos)?;
-    let index: Vec<u8> = starts.iter().flat_map(|s| (at + s).to_le_bytes()).collect();
+    let mut index = header.to_vec();
+    index.extend(starts.iter().flat_map(|s| (at + s).to_le_bytes()));
     put(&index, pos)
 }
 

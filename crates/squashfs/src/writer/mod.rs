@@ -28,10 +28,8 @@ use std::os::unix::fs::FileExt;
 pub use compress::BlockCompressor;
 pub use tree::{Attrs, Content, FileData, Node, NodeId, Tree, Xattrs};
 
+use crate::reader::file::UNCOMPRESSED;
 use crate::reader::{superblock, Error, Image, Result};
-
-/// Bit 24 of a block's size word: stored uncompressed.
-const UNCOMPRESSED: u32 = 1 << 24;
 
 /// A new image being written as an amended copy of an old one.
 #[derive(Debug)]

@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
+use crate::reader::file::SIZE_MASK;
 use crate::reader::{Body, Error, Image, InodeRef, Kind, Result};
 
 /// A node's index in its tree.
@@ -323,5 +324,5 @@ impl Tree {
 
 /// The bytes the blocks of `words` take in the image.
 pub fn stored(words: &[u32]) -> u64 {
-    words.iter().map(|w| u64::from(w & 0x00ff_ffff)).sum()
+    words.iter().map(|w| u64::from(w & SIZE_MASK)).sum()
 }

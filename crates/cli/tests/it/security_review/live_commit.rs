@@ -19,6 +19,24 @@ fn bait(sb: &Sandbox) -> (std::path::PathBuf, std::path::PathBuf) {
     (bait, stop)
 }
 
+/// How many of the bait files' lines (`host`) regular files at `paths`
+/// of the saved image `saved` hold, read in a container without the home
+/// (a saved symlink into the home would otherwise show the live bait).
+fn baits_in(sb: &Sandbox, saved: &str, paths: &str) -> u32 {
+    let count = format!("find {paths} -type f -exec cat {{}} + 2>/dev/null | grep -c host; true");
+    let shown = sb.run(&[
+        "run",
+        "--no-home",
+        "--entrypoint",
+        "",
+        saved,
+        "sh",
+        "-c",
+        &count,
+    ]);
+    shown.ok().stdout().trim().parse().unwrap_or(0)
+}
+
 /// A directory of the container's layer exchanged, again and again while
 /// the commit reads it, with a symlink to the user's files
 /// (`renameat2(RENAME_EXCHANGE)`): the save's worker sees the host's
@@ -56,9 +74,6 @@ fn a_live_commit_never_saves_the_users_files_through_a_swapped_directory() {
     let _ready = wait_ready(&mut task);
     let saved = sb.dir.path().join("swap.sqsh");
     let saved = saved.to_str().unwrap();
-    // Regular files only, the home not bound: a saved symlink into the
-    // home would otherwise show the live bait.
-    let count = "find /d /s -type f -exec cat {} + 2>/dev/null | grep -c host; true";
     let mut saves = 0;
     for _ in 0..3 {
         let _ = std::fs::remove_file(saved);
@@ -69,19 +84,9 @@ fn a_live_commit_never_saves_the_users_files_through_a_swapped_directory() {
             assert!(!std::path::Path::new(saved).exists(), "{}", out.stderr());
             continue;
         }
-        let shown = sb.run(&[
-            "run",
-            "--no-home",
-            "--entrypoint",
-            "",
-            saved,
-            "sh",
-            "-c",
-            count,
-        ]);
         assert_eq!(
-            shown.ok().stdout().trim(),
-            "0",
+            baits_in(&sb, saved, "/d /s"),
+            0,
             "the user's files were saved"
         );
         saves += 1;
@@ -161,7 +166,6 @@ fn a_commit_never_saves_the_users_files_through_a_directory_moved_out_of_the_lay
     let _ready = wait_ready(&mut other);
     let saved = sb.dir.path().join("moved.sqsh");
     let saved = saved.to_str().unwrap();
-    let count = "find /d -type f -exec cat {} + 2>/dev/null | grep -c host; true";
     let (mut leaked, mut saves) = (0, 0);
     // The race is narrow: as many commits as 20 s allow.
     let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -174,17 +178,7 @@ fn a_commit_never_saves_the_users_files_through_a_directory_moved_out_of_the_lay
             continue;
         }
         saves += 1;
-        let shown = sb.run(&[
-            "run",
-            "--no-home",
-            "--entrypoint",
-            "",
-            saved,
-            "sh",
-            "-c",
-            count,
-        ]);
-        leaked += shown.ok().stdout().trim().parse::<u32>().unwrap_or(0);
+        leaked += baits_in(&sb, saved, "/d");
     }
     fs::write(&stop, "").unwrap();
     assert!(other.wait().unwrap().success());
@@ -215,19 +209,10 @@ fn a_commit_never_saves_the_users_files_through_a_layer_replaced_by_a_symlink() 
     let saved = sb.dir.path().join("link.sqsh");
     let out = sb.run(&["commit", "nlink", saved.to_str().unwrap()]);
     if out.code() == 0 {
-        let shown = sb.run(&[
-            "run",
-            "--no-home",
-            "--entrypoint",
-            "",
-            saved.to_str().unwrap(),
-            "sh",
-            "-c",
-            "cat /f* 2>/dev/null | grep -c host; true",
-        ]);
+        let saved = saved.to_str().unwrap();
         assert_eq!(
-            shown.ok().stdout().trim(),
-            "0",
+            baits_in(&sb, saved, "/f*"),
+            0,
             "the user's files were saved"
         );
     } else {

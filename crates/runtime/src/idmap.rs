@@ -96,16 +96,9 @@ pub fn enter_namespaces_with(k: &dyn Kernel, mode: IdMode, ids: KeeperIds) -> Re
     // under --fakeroot --writable). They run from outside the namespace,
     // once it exists.
     let helper = subid_ranges(uid, gid).and_then(|(u, g)| MapHelper::spawn(ids, uid, gid, u, g));
-    k.unshare(UnshareFlags::NEWUSER | UnshareFlags::NEWNS).map_err(|e| {
-        Error::Namespace(format!(
-            "cannot create a user namespace ({e}); unprivileged user namespaces may be disabled: \
-             ask your admin to set kernel.unprivileged_userns_clone=1 / user.max_user_namespaces > 0"
-        ))
-    })?;
-    let inside = match ids {
-        KeeperIds::Root => (0, 0),
-        KeeperIds::Host => (uid, gid),
-    };
+    k.unshare(UnshareFlags::NEWUSER | UnshareFlags::NEWNS)
+        .map_err(no_user_namespace)?;
+    let inside = ids.inside(uid, gid);
     if let Some(helper) = helper {
         match helper.finish() {
             Ok(()) => return Ok(inside),
@@ -120,6 +113,94 @@ pub fn enter_namespaces_with(k: &dyn Kernel, mode: IdMode, ids: KeeperIds) -> Re
     )
     .map_err(|e| Error::Namespace(format!("cannot write the id maps: {e}")))?;
     Ok(inside)
+}
+
+/// The error of a user namespace the kernel refused to make.
+pub fn no_user_namespace(e: impl std::fmt::Display) -> Error {
+    Error::Namespace(format!(
+        "cannot create a user namespace ({e}); unprivileged user namespaces may be disabled: \
+         ask your admin to set kernel.unprivileged_userns_clone=1 / user.max_user_namespaces > 0"
+    ))
+}
+
+impl KeeperIds {
+    /// The caller's `(uid, gid)` inside a keeper namespace of these ids.
+    pub fn inside(self, uid: u32, gid: u32) -> (u32, u32) {
+        match self {
+            KeeperIds::Root => (0, 0),
+            KeeperIds::Host => (uid, gid),
+        }
+    }
+}
+
+/// The arguments of newuidmap/newgidmap after the pid for a keeper
+/// namespace of `ids`: the caller's own id `id` first (the image's root
+/// stands for it, `berth_squashfs::fuse::owners::image_ranges`), then the
+/// subordinate range `(start, count)`.
+fn helper_lines(ids: KeeperIds, id: u32, (start, count): (u32, u32)) -> Vec<String> {
+    let first = match ids {
+        KeeperIds::Root => [0, id, 1, 1, start, count],
+        KeeperIds::Host => [id, id, 1, start, start, count],
+    };
+    first.iter().map(u32::to_string).collect()
+}
+
+/// Maps the fresh user namespace of the child `pid` (a keeper the run
+/// started in namespaces of its own) with the
+/// caller's subordinate ranges: newuidmap and newgidmap, each `exec`'d
+/// directly, side by side, from outside the namespace as they must run,
+/// while the child starts. `Ok(false)`: the caller has no ranges (or no
+/// helpers); the child then maps its own ids alone ([`finish_own_maps`]).
+pub fn map_child(pid: u32, ids: KeeperIds) -> std::result::Result<bool, String> {
+    let (uid, gid) = (
+        rustix::process::getuid().as_raw(),
+        rustix::process::getgid().as_raw(),
+    );
+    let Some((u, g)) = subid_ranges(uid, gid) else {
+        return Ok(false);
+    };
+    let mut children = Vec::with_capacity(2);
+    let mut failed = Vec::new();
+    for (tool, id, range) in [("newuidmap", uid, u), ("newgidmap", gid, g)] {
+        let spawned = Command::new(tool)
+            .arg(pid.to_string())
+            .args(helper_lines(ids, id, range))
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn();
+        match spawned {
+            Ok(c) => children.push(c),
+            Err(e) => failed.push(format!("{tool}: {e}")),
+        }
+    }
+    for c in children {
+        match c.wait_with_output() {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => failed.push(String::from_utf8_lossy(&out.stderr).trim().to_string()),
+            Err(e) => failed.push(e.to_string()),
+        }
+    }
+    if failed.is_empty() {
+        Ok(true)
+    } else {
+        Err(failed.join("; "))
+    }
+}
+
+/// In a keeper started in namespaces of its own: waits until the run
+/// that started it has mapped them ([`map_child`]; it then closes the
+/// keeper's stdin), and maps what it did not: the caller's own ids alone,
+/// `inside` standing for `host`.
+pub fn finish_own_maps(inside: (u32, u32), host: (u32, u32)) -> Result<()> {
+    use std::io::Read;
+    let _ = std::io::stdin().lock().read_to_end(&mut Vec::new());
+    idmaps::write_missing_maps(
+        &format!("{} {} 1", inside.0, host.0),
+        &format!("{} {} 1", inside.1, host.1),
+    )
+    .map_err(|e| Error::Namespace(format!("cannot write the id maps: {e}")))
 }
 
 /// Becomes `uid`/`gid` in a nested user namespace that maps them to the
@@ -189,13 +270,8 @@ impl MapHelper {
     fn spawn(ids: KeeperIds, uid: u32, gid: u32, u: (u32, u32), g: (u32, u32)) -> Option<Self> {
         let pid = std::process::id();
         let mut helper = MapHelper(Vec::with_capacity(2));
-        for (tool, id, (start, count)) in [("newuidmap", uid, u), ("newgidmap", gid, g)] {
-            // The caller's own id first: the image's root stands for it
-            // (`berth_squashfs::fuse::owners::image_ranges`).
-            let lines = match ids {
-                KeeperIds::Root => format!("0 {id} 1 1 {start} {count}"),
-                KeeperIds::Host => format!("{id} {id} 1 {start} {start} {count}"),
-            };
+        for (tool, id, range) in [("newuidmap", uid, u), ("newgidmap", gid, g)] {
+            let lines = helper_lines(ids, id, range).join(" ");
             let script = format!("read go || exit 1; exec {tool} {pid} {lines}");
             let child = Command::new("/bin/sh")
                 .arg("-c")
@@ -370,6 +446,22 @@ mod tests {
         assert_eq!(find_range(file, Some("carol"), 1001), Some((300000, 65536)));
         // A zero count grants nothing.
         assert_eq!(find_range(file, Some("bob"), 1002), None);
+    }
+
+    /// What newuidmap/newgidmap are given for a keeper's namespace: the
+    /// caller's own id first, then the range (host ids, or root inside).
+    #[test]
+    fn the_helpers_map_the_caller_first_then_the_range() {
+        assert_eq!(
+            helper_lines(KeeperIds::Host, 1001, (200000, 65536)).join(" "),
+            "1001 1001 1 200000 200000 65536"
+        );
+        assert_eq!(
+            helper_lines(KeeperIds::Root, 1001, (200000, 65536)).join(" "),
+            "0 1001 1 1 200000 65536"
+        );
+        assert_eq!(KeeperIds::Host.inside(1001, 100), (1001, 100));
+        assert_eq!(KeeperIds::Root.inside(1001, 100), (0, 0));
     }
 
     #[test]

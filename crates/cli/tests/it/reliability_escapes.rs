@@ -172,7 +172,7 @@ fn berths_helpers_cannot_be_traced_from_a_container() {
     sb.extra_env.push(("BERTH_KEEPER_IDLE".into(), "10".into()));
     let d = sb.debian();
     sb.run(&["run", &d, "true"]).ok();
-    // The keeper and its namespace holders (re-executed in the keeper's
+    // The keeper and its namespace holders (executed in the keeper's
     // user namespace, not dumpable); the squashfs server has no
     // capabilities.
     let keepers = sb.dir.path().join("run/berth/keepers");

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::idmap::IdMode;
+use crate::idmap::{self, IdMode, KeeperIds};
 use crate::node::{self, Deciding, Pinned};
 use crate::state;
 
@@ -171,6 +171,17 @@ fn keeper_alive(dir: &Path) -> Option<Pinned> {
     (ours && (exe.dev(), exe.ino()) == (me.dev(), me.ino())).then_some(pinned)
 }
 
+/// The caller's ids in a keeper's user namespace: their host ids, so
+/// that the containers' nested maps read as host ids, where the squashfs
+/// server reports the image's root as the user (berth's own); root where
+/// it reports the image's ids as they are (squashfuse_ll).
+pub(super) fn keeper_ids(server: berth_config::SquashfsServer) -> KeeperIds {
+    match server {
+        berth_config::SquashfsServer::Berth => KeeperIds::Host,
+        berth_config::SquashfsServer::SquashfuseLl => KeeperIds::Root,
+    }
+}
+
 /// Starts the keeper of `dir` and waits until it says `ready PID`.
 fn start(req: &KeeperRequest<'_>, dir: &Path) -> Result<i32> {
     let log_path = dir.join("keeper.log");
@@ -184,13 +195,33 @@ fn start(req: &KeeperRequest<'_>, dir: &Path) -> Result<i32> {
         }
         _ => req.image.to_path_buf(),
     };
-    let spawned = Command::new(req.berth_exe)
-        .arg("__keeper")
+    let mut cmd = Command::new(req.berth_exe);
+    cmd.arg("__keeper")
         .arg(dir)
         .arg(&image_arg)
         .arg(req.mode.as_str())
-        .arg(req.idle.as_secs().to_string())
-        .stdin(Stdio::null())
+        .arg(req.idle.as_secs().to_string());
+    // A keeper with a user namespace starts in it: made between fork and
+    // exec, mapped by this run while the keeper loads (one exec of berth,
+    // newuidmap and newgidmap side by side).
+    let ids = keeper_ids(req.server);
+    let host = (
+        rustix::process::getuid().as_raw(),
+        rustix::process::getgid().as_raw(),
+    );
+    let unshared = req.mode.has_user_namespace();
+    if unshared {
+        let inside = ids.inside(host.0, host.1);
+        cmd.arg("--in-ns")
+            .args([inside.0, inside.1, host.0, host.1].map(|n| n.to_string()));
+        crate::sys::process::exec_in_new_user_namespace(&mut cmd);
+    }
+    let spawned = cmd
+        .stdin(if unshared {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log))
         .env_remove("BERTH_TIMING")
@@ -208,7 +239,17 @@ fn start(req: &KeeperRequest<'_>, dir: &Path) -> Result<i32> {
         // Never into the container: close-on-exec again.
         let _ = rustix::io::fcntl_setfd(f, rustix::io::FdFlags::CLOEXEC);
     }
-    let mut child = spawned.map_err(|e| Error::io("start the image keeper", req.berth_exe, e))?;
+    let mut child = spawned.map_err(|e| match e.raw_os_error() {
+        Some(libc::EPERM | libc::ENOSPC | libc::EINVAL) if unshared => idmap::no_user_namespace(e),
+        _ => Error::io("start the image keeper", req.berth_exe, e),
+    })?;
+    if unshared {
+        if let Err(e) = idmap::map_child(child.id(), ids) {
+            tracing::warn!("newuidmap/newgidmap failed ({e}); mapping your ids only");
+        }
+        // The keeper maps what is left once its stdin closes.
+        drop(child.stdin.take());
+    }
     let stdout = child
         .stdout
         .take()

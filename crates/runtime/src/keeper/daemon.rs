@@ -1,13 +1,14 @@
-//! The keeper process, `berth __keeper DIR IMAGE MODE IDLE_SECS`: enters
-//! its namespaces (and executes itself again inside them, so its memory
-//! belongs to its user namespace), mounts the image, starts its helpers,
-//! prints `ready PID` and serves until no run has used it for `IDLE_SECS`.
+//! The keeper process, `berth __keeper DIR IMAGE MODE IDLE_SECS`: started
+//! inside its user and mount namespaces (`--in-ns`, by
+//! [`super::client`], so its memory belongs to its user namespace; real
+//! root enters a mount namespace itself), it mounts the image, starts its
+//! helpers, prints `ready PID` and serves until no run has used it for
+//! `IDLE_SECS`.
 
 use std::fs::{self, File};
 use std::io::Write;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
@@ -30,7 +31,7 @@ struct Args<'a> {
     image: &'a str,
     mode: IdMode,
     idle: Duration,
-    /// After the re-exec inside the namespaces: the ids inside and the
+    /// Started inside its namespaces: the ids inside and the
     /// caller's ids outside.
     in_ns: Option<((u32, u32), (u32, u32))>,
 }
@@ -81,23 +82,25 @@ fn run(k: &dyn Kernel, raw: &[String]) -> Result<()> {
     let image_file = open_image(args.image)?;
     let (uid, gid, host_ids) = match args.in_ns {
         Some((inside, outside)) => {
-            // The keeper's memory now belongs to its user namespace: not
-            // dumpable, it cannot be traced or opened through /proc by
-            // identity-mode containers (no capabilities in this namespace),
-            // while runs (outside, its owners) still open its namespaces.
-            // Its forked helpers inherit that.
+            // Started in its own namespaces (`client::start`), which the
+            // starting run maps meanwhile.
+            idmap::finish_own_maps(inside, outside)?;
+            // The keeper's memory belongs to its user namespace (it was
+            // loaded there): not dumpable, it cannot be traced or opened
+            // through /proc by identity-mode containers (no capabilities
+            // in this namespace), while runs (outside, its owners) still
+            // open its namespaces. Its forked helpers inherit that.
             process::not_dumpable();
             (inside.0, inside.1, outside)
         }
+        // Real root (no user namespace), or a keeper started by hand.
         None => {
             let host_ids = (
                 rustix::process::getuid().as_raw(),
                 rustix::process::getgid().as_raw(),
             );
-            let (uid, gid) = idmap::enter_namespaces_with(k, args.mode, keeper_ids())?;
-            if args.mode != IdMode::HostRoot {
-                reexec_in_namespaces(k, raw, &image_file, (uid, gid), host_ids);
-            }
+            let ids = super::client::keeper_ids(berth_config::SquashfsServer::from_env());
+            let (uid, gid) = idmap::enter_namespaces_with(k, args.mode, ids)?;
             (uid, gid, host_ids)
         }
     };
@@ -205,17 +208,6 @@ fn run(k: &dyn Kernel, raw: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// The caller's ids in the keeper's user namespace: their host ids, so
-/// that the containers' nested maps read as host ids, where the squashfs
-/// server reports the image's root as the user (berth's own); root where
-/// it reports the image's ids as they are (squashfuse_ll).
-fn keeper_ids() -> idmap::KeeperIds {
-    match berth_config::SquashfsServer::from_env() {
-        berth_config::SquashfsServer::Berth => idmap::KeeperIds::Host,
-        berth_config::SquashfsServer::SquashfuseLl => idmap::KeeperIds::Root,
-    }
-}
-
 /// Mounts the keeper's private tmpfs on `DIR/mnt` (in its own mount
 /// namespace) with `image/` (the image's mount point) and `stage/` (a
 /// run's scratch mount point) in it; returns `image/`.
@@ -272,46 +264,6 @@ fn say_ready(pid: u32, unpacked_because: Option<&str>) {
     }
 }
 
-/// Re-executes the keeper inside the namespaces it just entered, with the
-/// image descriptor, stdout (the starter reads `ready PID` from it) and
-/// stderr (its log). Returns only if the exec failed: the keeper then goes
-/// on as it is.
-fn reexec_in_namespaces(
-    k: &dyn Kernel,
-    args: &[String],
-    image_file: &File,
-    inside: (u32, u32),
-    outside: (u32, u32),
-) {
-    use std::os::unix::process::CommandExt;
-    let _ = rustix::io::fcntl_setfd(image_file, rustix::io::FdFlags::empty());
-    let mut a: Vec<String> = args.to_vec();
-    if let Some(image) = a.get_mut(1) {
-        *image = format!("fd:{}", image_file.as_raw_fd());
-    }
-    a.extend([
-        "--in-ns".to_string(),
-        inside.0.to_string(),
-        inside.1.to_string(),
-        outside.0.to_string(),
-        outside.1.to_string(),
-    ]);
-    // With host ids inside, the keeper holds its capabilities as the
-    // namespace's creator: kept across the exec as ambient ones.
-    if let Err(e) = k.keep_capabilities_across_exec() {
-        eprintln!("berth: warning: the keeper cannot keep its capabilities across exec ({e}); it stays traceable");
-        let _ = rustix::io::fcntl_setfd(image_file, rustix::io::FdFlags::CLOEXEC);
-        return;
-    }
-    let err = Command::new("/proc/self/exe")
-        .arg0("berth")
-        .arg("__keeper")
-        .args(&a)
-        .exec();
-    eprintln!("berth: warning: the keeper could not re-execute itself in its namespaces ({err}); it stays traceable");
-    let _ = rustix::io::fcntl_setfd(image_file, rustix::io::FdFlags::CLOEXEC);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,7 +293,7 @@ mod tests {
     }
 
     #[test]
-    fn arguments_before_and_after_the_reexec() {
+    fn arguments_with_and_without_the_namespaces() {
         let first = strings(&["/run/berth/keepers/ab-user", "fd:5", "identity", "30"]);
         let a = parse(&first).unwrap();
         assert_eq!(

@@ -252,6 +252,33 @@ pub fn serve_from_own_mount_namespace(
     }
 }
 
+/// Makes `cmd` start in a user and a mount namespace of its own, made
+/// between fork and exec, with the capabilities it holds there as their
+/// creator kept across the `exec` (as ambient ones): the program is
+/// loaded inside the namespace, so its memory belongs to it. Its id maps
+/// are the caller's to write meanwhile (`idmap::map_child`); until then
+/// it runs unmapped, with the caller's own ids underneath.
+pub fn exec_in_new_user_namespace(cmd: &mut std::process::Command) {
+    use super::Kernel;
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs between fork and exec and only makes
+    // unshare, capget/capset and prctl(PR_CAP_AMBIENT) system calls
+    // (through rustix, on the stack), which are async-signal-safe and
+    // allocate nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            super::LINUX
+                .unshare(
+                    rustix::thread::UnshareFlags::NEWUSER | rustix::thread::UnshareFlags::NEWNS,
+                )
+                .map_err(io::Error::from)?;
+            super::LINUX
+                .keep_capabilities_across_exec()
+                .map_err(io::Error::from)
+        });
+    }
+}
+
 /// Makes `cmd` start without capabilities although it runs as root in the
 /// keeper's user namespace, or with the ambient capabilities a keeper with
 /// host ids keeps (both cleared; securebits `NOROOT`, locked): the squashfs

@@ -196,6 +196,8 @@ fn start(req: &KeeperRequest<'_>, dir: &Path) -> Result<i32> {
         _ => req.image.to_path_buf(),
     };
     let mut cmd = Command::new(req.berth_exe);
+    // Named as every berth helper is (`ps`: `berth __keeper DIR ...`).
+    std::os::unix::process::CommandExt::arg0(&mut cmd, "berth");
     cmd.arg("__keeper")
         .arg(dir)
         .arg(&image_arg)

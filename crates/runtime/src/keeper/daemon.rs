@@ -148,6 +148,12 @@ fn run(k: &dyn Kernel, raw: &[String]) -> Result<()> {
         },
     };
     drop(image_file);
+    // The nested namespace needs no image: made while the server starts.
+    let identity = match args.mode {
+        IdMode::Identity => helpers::start_identity_ns(k, &args.dir, &NestedMaps::caller(host_ids)),
+        IdMode::FakeRoot => helpers::start_identity_ns(k, &args.dir, &NestedMaps::same_as_keeper()),
+        IdMode::HostRoot => None,
+    };
     image_mount::await_server(&image_dir, "the squashfs server")?;
     // Squashfs data files, mounted as the image is.
     let unpacked_because = unpacked.as_ref().map(|(_, why)| {
@@ -163,11 +169,6 @@ fn run(k: &dyn Kernel, raw: &[String]) -> Result<()> {
     let mut data_servers = data::mount_all(k, &args.dir, &data::from_env()?, data_how)?;
     let hidden = node::state_dir().ok();
     let prepared = helpers::start_prepared_root(k, &args.dir, hidden.as_deref());
-    let identity = match args.mode {
-        IdMode::Identity => helpers::start_identity_ns(k, &args.dir, &NestedMaps::caller(host_ids)),
-        IdMode::FakeRoot => helpers::start_identity_ns(k, &args.dir, &NestedMaps::same_as_keeper()),
-        IdMode::HostRoot => None,
-    };
     let files = LeaseFiles::open(&args.dir, DECIDE_LOCK)?;
     let pid = std::process::id();
     state::write_pid(&args.dir.join("pid"), pid)

@@ -189,13 +189,34 @@ pub fn map_child(pid: u32, ids: KeeperIds) -> std::result::Result<bool, String> 
     }
 }
 
+/// The byte a run writes to the keeper it started once it has mapped the
+/// keeper's namespace ([`map_child`]), whatever the helpers did.
+pub const MAPPED: u8 = b'm';
+
 /// In a keeper started in namespaces of its own: waits until the run
-/// that started it has mapped them ([`map_child`]; it then closes the
-/// keeper's stdin), and maps what it did not: the caller's own ids alone,
-/// `inside` standing for `host`.
+/// that started it has mapped them ([`map_child`]; it then writes
+/// [`MAPPED`] to the keeper's stdin), and maps what it did not: the
+/// caller's own ids alone, `inside` standing for `host`. An end of file
+/// first means the run ended before its helpers were done (a Ctrl-C that
+/// took them too): the keeper then leaves rather than serve later runs
+/// with fewer ids than the user has.
 pub fn finish_own_maps(inside: (u32, u32), host: (u32, u32)) -> Result<()> {
     use std::io::Read;
-    let _ = std::io::stdin().lock().read_to_end(&mut Vec::new());
+    let mut byte = [0u8; 1];
+    let read = loop {
+        match std::io::stdin().lock().read(&mut byte) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            other => break other,
+        }
+    };
+    match read {
+        Ok(1) if byte[0] == MAPPED => {}
+        _ => {
+            return Err(Error::Namespace(
+                "the run that started this keeper ended before mapping its user namespace".into(),
+            ))
+        }
+    }
     idmaps::write_missing_maps(
         &format!("{} {} 1", inside.0, host.0),
         &format!("{} {} 1", inside.1, host.1),

@@ -242,15 +242,18 @@ fn start(req: &KeeperRequest<'_>, dir: &Path) -> Result<i32> {
         let _ = rustix::io::fcntl_setfd(f, rustix::io::FdFlags::CLOEXEC);
     }
     let mut child = spawned.map_err(|e| match e.raw_os_error() {
-        Some(libc::EPERM | libc::ENOSPC | libc::EINVAL) if unshared => idmap::no_user_namespace(e),
+        // unshare(CLONE_NEWUSER) refused, or too many nested namespaces.
+        Some(libc::EPERM | libc::ENOSPC | libc::EUSERS) if unshared => idmap::no_user_namespace(e),
         _ => Error::io("start the image keeper", req.berth_exe, e),
     })?;
     if unshared {
         if let Err(e) = idmap::map_child(child.id(), ids) {
             tracing::warn!("newuidmap/newgidmap failed ({e}); mapping your ids only");
         }
-        // The keeper maps what is left once its stdin closes.
-        drop(child.stdin.take());
+        // The keeper maps what is left once told.
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = std::io::Write::write_all(&mut stdin, &[idmap::MAPPED]);
+        }
     }
     let stdout = child
         .stdout

@@ -128,8 +128,10 @@ pub trait Kernel {
     /// the uid is not 0, as inheritable and ambient ones: a process that
     /// keeps the caller's host ids in a keeper's user namespace holds its
     /// capabilities there as the namespace's creator or joiner, which
-    /// `exec` would drop. Root keeps its own. System calls only, no
-    /// allocation: usable between fork and exec.
+    /// `exec` would drop. Root keeps its own (a process in a namespace
+    /// not yet mapped is not root: a keeper being started keeps them all
+    /// this way). System calls only, no allocation: usable between fork
+    /// and exec.
     fn keep_capabilities_across_exec(&self) -> Result<(), Errno>;
 
     /// Undoes [`Kernel::keep_capabilities_across_exec`]: empties the

@@ -151,11 +151,12 @@ fn helper_lines(ids: KeeperIds, id: u32, (start, count): (u32, u32)) -> Vec<Stri
 /// directly, side by side, from outside the namespace as they must run,
 /// while the child starts. `Ok(false)`: the caller has no ranges (or no
 /// helpers); the child then maps its own ids alone ([`finish_own_maps`]).
-pub fn map_child(pid: u32, ids: KeeperIds) -> std::result::Result<bool, String> {
-    let (uid, gid) = (
-        rustix::process::getuid().as_raw(),
-        rustix::process::getgid().as_raw(),
-    );
+/// `(uid, gid)`: the caller's ids.
+pub fn map_child(
+    pid: u32,
+    ids: KeeperIds,
+    (uid, gid): (u32, u32),
+) -> std::result::Result<bool, String> {
     let Some((u, g)) = subid_ranges(uid, gid) else {
         return Ok(false);
     };
@@ -165,7 +166,7 @@ pub fn map_child(pid: u32, ids: KeeperIds) -> std::result::Result<bool, String> 
         let spawned = Command::new(tool)
             .arg(pid.to_string())
             .args(helper_lines(ids, id, range))
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+            .env("PATH", HELPER_PATH)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -175,6 +176,18 @@ pub fn map_child(pid: u32, ids: KeeperIds) -> std::result::Result<bool, String> 
             Err(e) => failed.push(format!("{tool}: {e}")),
         }
     }
+    await_helpers(children, failed).map(|()| true)
+}
+
+/// Where newuidmap and newgidmap are looked for.
+const HELPER_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
+
+/// Waits for the map helpers `children`, whatever each does; `failed`
+/// holds what went wrong before, and each helper's complaint is added.
+fn await_helpers(
+    children: Vec<std::process::Child>,
+    mut failed: Vec<String>,
+) -> std::result::Result<(), String> {
     for c in children {
         match c.wait_with_output() {
             Ok(out) if out.status.success() => {}
@@ -183,7 +196,7 @@ pub fn map_child(pid: u32, ids: KeeperIds) -> std::result::Result<bool, String> 
         }
     }
     if failed.is_empty() {
-        Ok(true)
+        Ok(())
     } else {
         Err(failed.join("; "))
     }
@@ -297,7 +310,7 @@ impl MapHelper {
             let child = Command::new("/bin/sh")
                 .arg("-c")
                 .arg(script)
-                .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+                .env("PATH", HELPER_PATH)
                 .stdin(Stdio::piped())
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
@@ -319,18 +332,7 @@ impl MapHelper {
                 }
             }
         }
-        for c in std::mem::take(&mut self.0) {
-            match c.wait_with_output() {
-                Ok(out) if out.status.success() => {}
-                Ok(out) => failed.push(String::from_utf8_lossy(&out.stderr).trim().to_string()),
-                Err(e) => failed.push(e.to_string()),
-            }
-        }
-        if failed.is_empty() {
-            Ok(())
-        } else {
-            Err(failed.join("; "))
-        }
+        await_helpers(std::mem::take(&mut self.0), failed)
     }
 }
 

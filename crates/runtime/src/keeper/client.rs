@@ -11,11 +11,11 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::idmap::{self, IdMode, KeeperIds};
+use crate::idmap::{self, IdMode};
 use crate::node::{self, Deciding, Pinned};
 use crate::state;
 
-use super::{keeper_name, KeeperLease, Template, DECIDE_LOCK};
+use super::{keeper_ids, keeper_name, KeeperLease, Template, DECIDE_LOCK};
 
 /// What a run asks of the keeper.
 #[derive(Debug, Clone, Copy)]
@@ -171,17 +171,6 @@ fn keeper_alive(dir: &Path) -> Option<Pinned> {
     (ours && (exe.dev(), exe.ino()) == (me.dev(), me.ino())).then_some(pinned)
 }
 
-/// The caller's ids in a keeper's user namespace: their host ids, so
-/// that the containers' nested maps read as host ids, where the squashfs
-/// server reports the image's root as the user (berth's own); root where
-/// it reports the image's ids as they are (squashfuse_ll).
-pub(super) fn keeper_ids(server: berth_config::SquashfsServer) -> KeeperIds {
-    match server {
-        berth_config::SquashfsServer::Berth => KeeperIds::Host,
-        berth_config::SquashfsServer::SquashfuseLl => KeeperIds::Root,
-    }
-}
-
 /// Starts the keeper of `dir` and waits until it says `ready PID`.
 fn start(req: &KeeperRequest<'_>, dir: &Path) -> Result<i32> {
     let log_path = dir.join("keeper.log");
@@ -247,7 +236,7 @@ fn start(req: &KeeperRequest<'_>, dir: &Path) -> Result<i32> {
         _ => Error::io("start the image keeper", req.berth_exe, e),
     })?;
     if unshared {
-        if let Err(e) = idmap::map_child(child.id(), ids) {
+        if let Err(e) = idmap::map_child(child.id(), ids, host) {
             tracing::warn!("newuidmap/newgidmap failed ({e}); mapping your ids only");
         }
         // The keeper maps what is left once told.

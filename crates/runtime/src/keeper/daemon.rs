@@ -99,7 +99,7 @@ fn run(k: &dyn Kernel, raw: &[String]) -> Result<()> {
                 rustix::process::getuid().as_raw(),
                 rustix::process::getgid().as_raw(),
             );
-            let ids = super::client::keeper_ids(berth_config::SquashfsServer::from_env());
+            let ids = super::keeper_ids(berth_config::SquashfsServer::from_env());
             let (uid, gid) = idmap::enter_namespaces_with(k, args.mode, ids)?;
             (uid, gid, host_ids)
         }

@@ -20,7 +20,7 @@
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
-use crate::idmap::IdMode;
+use crate::idmap::{IdMode, KeeperIds};
 use crate::node::Share;
 
 pub mod client;
@@ -41,6 +41,17 @@ const IMAGE_OFFSET_ENV: &str = "BERTH_IMAGE_OFFSET";
 /// The keeper's environment variable holding the root of the image file's
 /// verity table (empty: the file has none).
 const IMAGE_VERITY_ENV: &str = "BERTH_IMAGE_VERITY";
+
+/// The caller's ids in a keeper's user namespace: their host ids, so
+/// that the containers' nested maps read as host ids, where the squashfs
+/// server reports the image's root as the user (berth's own); root where
+/// it reports the image's ids as they are (squashfuse_ll).
+fn keeper_ids(server: berth_config::SquashfsServer) -> KeeperIds {
+    match server {
+        berth_config::SquashfsServer::Berth => KeeperIds::Host,
+        berth_config::SquashfsServer::SquashfuseLl => KeeperIds::Root,
+    }
+}
 
 /// A live keeper a run is using; dropping it releases the run's share.
 #[derive(Debug)]

@@ -71,8 +71,11 @@ impl Fs {
             op::FORGET | op::BATCH_FORGET | op::INTERRUPT => return None,
             // Zero-message opens: the kernel stops asking and keeps its
             // caches (FOPEN_KEEP_CACHE, FOPEN_CACHE_DIR) from then on.
-            op::OPEN | op::OPENDIR | op::ACCESS => Reply::error(u, libc::ENOSYS),
-            op::RELEASE | op::RELEASEDIR | op::FLUSH => Reply::ok(u, 0),
+            // FLUSH too: the kernel sends one at every close of a file
+            // (no_open or not) and stops once told ENOSYS; nothing is
+            // ever written here to flush.
+            op::OPEN | op::OPENDIR | op::ACCESS | op::FLUSH => Reply::error(u, libc::ENOSYS),
+            op::RELEASE | op::RELEASEDIR => Reply::ok(u, 0),
             op::GETXATTR | op::LISTXATTR if !self.has_xattrs => Reply::error(u, libc::ENOSYS),
             o if op::WRITES.contains(&o) => Reply::error(u, libc::EROFS),
             op::STATFS => self.statfs(u),

@@ -15,6 +15,8 @@ use berth_config::SquashfsServer;
 use crate::error::{Error, Result};
 use crate::sys::{self, Kernel, MountFlags};
 
+mod read_profile;
+
 /// The flags of every image mount.
 const IMAGE_FLAGS: MountFlags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
 
@@ -34,6 +36,9 @@ pub struct ServedImage<'a> {
     pub offset: u64,
     /// The verity table's root: berth's server then checks every read.
     pub verity: Option<&'a str>,
+    /// The image's read profile on this node (berth's server): what the
+    /// last start read, decompressed ahead, then what this start reads.
+    pub profile: Option<&'a Path>,
 }
 
 /// Mounts the squashfs of `image` read-only on `target` through FUSE, for
@@ -81,6 +86,10 @@ pub fn mount_fuse(
             .map_err(|e| Error::sys("hand on a descriptor to the squashfs server", None, e))?;
     }
     let (image_fd, fuse_fd) = (image_file.as_raw_fd(), fuse.as_raw_fd());
+    let profile = match (server, image.profile) {
+        (SquashfsServer::Berth, Some(path)) => read_profile::open(path),
+        _ => None,
+    };
     // berth itself, by descriptor: the server's own id (below) may not be
     // allowed to walk to it (a binary under a private home). Open until the
     // server has started.
@@ -98,6 +107,9 @@ pub fn mount_fuse(
             cmd.arg(offset.to_string());
             if let Some(root) = image.verity {
                 cmd.arg("--verity").arg(root);
+            }
+            if let Some(p) = &profile {
+                read_profile::add_args(&mut cmd, p);
             }
             (exe, cmd)
         }
@@ -136,6 +148,7 @@ pub fn mount_fuse(
             Error::Mount(format!("cannot start {} ({e}){hint}", program.display()))
         });
     drop(berth);
+    drop(profile);
     // Never into anything else berth starts.
     let _ = rustix::io::fcntl_setfd(image_file, rustix::io::FdFlags::CLOEXEC);
     // Our copy of the connection goes, so a dead server aborts it instead

@@ -18,6 +18,7 @@
 pub mod fuse;
 pub mod reader;
 mod serve;
+mod signals;
 pub mod unpack;
 pub mod verity;
 pub mod writer;

@@ -117,6 +117,7 @@ fn overlay_root(sqfs: &Path, root: &Path) -> std::result::Result<PathBuf, Overla
             file: &image,
             offset: 0,
             verity: None,
+            profile: None,
         },
         &lower,
         (0, 0),

@@ -42,5 +42,6 @@ mod slurm_pyxis;
 mod slurm_pyxis_ids;
 mod slurm_spank;
 mod slurm_srun;
+mod squashfs_profile;
 mod squashfs_save;
 mod squashfs_server;

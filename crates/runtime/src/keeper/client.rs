@@ -82,7 +82,11 @@ pub fn acquire(req: &KeeperRequest<'_>) -> Result<KeeperLease> {
                     let _ = fs::remove_file(&path);
                 }
             }
-            let pid = start(req, &dir)?;
+            let profiles = node::state_dir()?.join("profiles");
+            let profile = node::private_dir(&profiles)
+                .ok()
+                .map(|()| profiles.join(hex));
+            let pid = start(req, &dir, profile.as_deref())?;
             Pinned::new(pid).ok_or_else(|| {
                 Error::Setup(format!(
                     "the keeper (pid {pid}) ended at once; its log: {}",
@@ -172,7 +176,7 @@ fn keeper_alive(dir: &Path) -> Option<Pinned> {
 }
 
 /// Starts the keeper of `dir` and waits until it says `ready PID`.
-fn start(req: &KeeperRequest<'_>, dir: &Path) -> Result<i32> {
+fn start(req: &KeeperRequest<'_>, dir: &Path, profile: Option<&Path>) -> Result<i32> {
     let log_path = dir.join("keeper.log");
     let log = state::create_fresh(&log_path).map_err(|e| Error::io("create", &log_path, e))?;
     // An already open image goes to the keeper as /dev/fd/N: reopening it
@@ -221,6 +225,7 @@ fn start(req: &KeeperRequest<'_>, dir: &Path) -> Result<i32> {
         .env(berth_config::RootOverlay::ENV, req.root_overlay.as_str())
         .env(super::IMAGE_OFFSET_ENV, req.image_offset.to_string())
         .env(super::IMAGE_VERITY_ENV, req.image_verity.unwrap_or(""))
+        .env(super::IMAGE_PROFILE_ENV, profile.unwrap_or(Path::new("")))
         .env(
             super::data::DATA_ENV,
             serde_json::to_string(req.data).unwrap_or_default(),

@@ -112,10 +112,14 @@ fn run(k: &dyn Kernel, raw: &[String]) -> Result<()> {
     let verity = std::env::var(super::IMAGE_VERITY_ENV).ok().filter(|v| {
         !v.is_empty() && std::env::var_os("BERTH_SQUASHFS_VERIFY").is_none_or(|x| x != "0")
     });
+    let profile = std::env::var_os(super::IMAGE_PROFILE_ENV)
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from);
     let served = image_mount::ServedImage {
         file: &image_file,
         offset,
         verity: verity.as_deref(),
+        profile: profile.as_deref(),
     };
     let how = berth_config::ImageMount::from_env();
     let unpack = |why: Option<String>| {

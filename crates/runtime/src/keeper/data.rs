@@ -183,6 +183,7 @@ pub(super) fn mount_all(
                     file: &file,
                     offset: f.offset,
                     verity: None,
+                    profile: None,
                 };
                 servers.push(image_mount::mount_fuse(k, served, &point, ids, server)?);
                 image_mount::await_server(&point, &format!("the squashfs server of {shown}"))?;

@@ -42,6 +42,12 @@ const IMAGE_OFFSET_ENV: &str = "BERTH_IMAGE_OFFSET";
 /// verity table (empty: the file has none).
 const IMAGE_VERITY_ENV: &str = "BERTH_IMAGE_VERITY";
 
+/// The keeper's environment variable saying where the image's read
+/// profile on this node is (see
+/// [`crate::image_mount::ServedImage::profile`]): one per image, shared by
+/// the image's keepers of every job and mode.
+const IMAGE_PROFILE_ENV: &str = "BERTH_IMAGE_PROFILE";
+
 /// The caller's ids in a keeper's user namespace: their host ids, so
 /// that the containers' nested maps read as host ids, where the squashfs
 /// server reports the image's root as the user (berth's own); root where

@@ -46,8 +46,7 @@ const BUFFER: usize = 128 * 1024 + 4096;
 
 /// Serves `fs` on the mounted connection `fuse` with `threads` threads
 /// until it is unmounted (or the server killed).
-pub fn serve(fs: Fs, fuse: OwnedFd, threads: usize) -> io::Result<()> {
-    let fs = Arc::new(fs);
+pub fn serve(fs: Arc<Fs>, fuse: OwnedFd, threads: usize) -> io::Result<()> {
     let mut buf = vec![0u8; BUFFER];
     handshake(fuse.as_fd(), &mut buf)?;
     let mut clones = Vec::new();

@@ -84,9 +84,21 @@ impl Image {
     }
 
     /// A data or fragment block at `pos` with size word `word`,
-    /// decompressed, cached.
+    /// decompressed, cached, and noted for a read profile.
     fn data_block(&self, pos: u64, word: u32) -> Result<Arc<Vec<u8>>> {
-        if let Some(b) = self.data_cache.get(&pos) {
+        let block = self.load_data_block(pos, word)?;
+        if let Some(r) = &self.recorder {
+            r.note(
+                super::profile::Block::Data(pos, word),
+                self.sb.block_size as usize,
+            );
+        }
+        Ok(block)
+    }
+
+    /// [`Image::data_block`], not noted.
+    pub(crate) fn load_data_block(&self, pos: u64, word: u32) -> Result<Arc<Vec<u8>>> {
+        if let Some(b) = self.data_cache.get(&(pos, word)) {
             return Ok(b);
         }
         let size = (word & SIZE_MASK) as usize;
@@ -101,7 +113,7 @@ impl Image {
             self.sb.compressor.decompress(&raw, bs)?
         };
         let data = Arc::new(data);
-        self.data_cache.put(pos, data.clone(), bs);
+        self.data_cache.put((pos, word), data.clone(), bs);
         Ok(data)
     }
 

@@ -21,8 +21,18 @@ pub struct MetaBlock {
 }
 
 impl Image {
-    /// The metadata block at `pos` (from the image's start), cached.
+    /// The metadata block at `pos` (from the image's start), cached, and
+    /// noted for a read profile.
     pub(crate) fn meta_block(&self, pos: u64) -> Result<Arc<MetaBlock>> {
+        let block = self.load_meta_block(pos)?;
+        if let Some(r) = &self.recorder {
+            r.note(super::profile::Block::Meta(pos), META_SIZE);
+        }
+        Ok(block)
+    }
+
+    /// [`Image::meta_block`], not noted.
+    pub(crate) fn load_meta_block(&self, pos: u64) -> Result<Arc<MetaBlock>> {
         if let Some(b) = self.meta_cache.get(&pos) {
             return Ok(b);
         }

@@ -16,12 +16,14 @@ mod lzo;
 mod metadata;
 mod path;
 pub mod piece;
+pub mod profile;
 mod source;
 pub mod superblock;
 mod tables;
 mod xattr;
 
 use std::fs::File;
+use std::sync::Arc;
 
 pub use compress::Compressor;
 pub use dir::{Entry, Listing};
@@ -64,12 +66,17 @@ pub struct Image {
     src: Source,
     sb: Superblock,
     ids: Vec<u32>,
+    budgets: Budgets,
     meta_cache: Cache<u64, metadata::MetaBlock>,
-    data_cache: Cache<u64, Vec<u8>>,
+    /// Keyed by position and size word: a block is only ever found under
+    /// the name it was read by (see [`profile`]).
+    data_cache: Cache<(u64, u32), Vec<u8>>,
     frag_cache: Cache<u32, Fragment>,
     inode_cache: Cache<InodeRef, Inode>,
     dir_cache: Cache<InodeRef, Listing>,
     list_cache: Cache<InodeRef, file::BlockList>,
+    /// Notes the blocks decompressed, for a read profile.
+    recorder: Option<Arc<profile::Recorder>>,
 }
 
 impl Image {
@@ -100,12 +107,14 @@ impl Image {
             src,
             sb,
             ids: Vec::new(),
+            budgets,
             meta_cache: Cache::new(budgets.metadata),
             data_cache: Cache::new(budgets.data),
             frag_cache: Cache::new(64 * 1024),
             inode_cache: Cache::new(budgets.inodes),
             dir_cache: Cache::new(budgets.listings),
             list_cache: Cache::new(16 << 20),
+            recorder: None,
         };
         image.ids = image.read_ids()?;
         Ok(image)

@@ -102,11 +102,14 @@ fn run(args: &[String]) -> Result<(), String> {
             let file =
                 File::from(dev::take_fd(fd).map_err(|e| format!("the profile descriptor: {e}"))?);
             let last = read_profile(&file);
-            let (meta, data) = image.profile_budgets();
-            let recorder = Arc::new(Recorder::new(window, meta, data));
+            let budgets = image.profile_budgets();
+            let recorder = Arc::new(Recorder::new(window, budgets.0, budgets.1));
             image.record_into(recorder.clone());
             let writer = ProfileWriter {
                 recorder,
+                last: last.clone().unwrap_or_default(),
+                budgets,
+                block_size: image.block_size(),
                 out: Mutex::new(Some(file)),
             };
             (last, Some(Arc::new(writer)))
@@ -124,11 +127,15 @@ fn run(args: &[String]) -> Result<(), String> {
         });
     let fs = Arc::new(Fs::new(image));
     // Every thread from here on leaves SIGTERM to the one that writes the
-    // profile noted so far, then ends the server.
+    // profile noted so far, then ends the server. The helper threads are
+    // extras: where one cannot start, the server serves without it.
     signals::block_term();
     if let Some(blocks) = last {
         let fs = fs.clone();
-        std::thread::spawn(move || {
+        let _ = std::thread::Builder::new().spawn(move || {
+            // Only what the CPUs have to spare: on a busy node the reads
+            // decompress what they need themselves, as without a profile.
+            let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19);
             let started = Instant::now();
             let done = fs.image().prefetch(&blocks);
             eprintln!(
@@ -140,19 +147,22 @@ fn run(args: &[String]) -> Result<(), String> {
     }
     if let Some(w) = &writer {
         let w = w.clone();
-        std::thread::spawn(move || w.keep_written());
+        let _ = std::thread::Builder::new().spawn(move || w.keep_written());
     }
     let on_term = writer.clone();
-    std::thread::spawn(move || {
+    let waiting = std::thread::Builder::new().spawn(move || {
         signals::wait_term();
         if let Some(w) = on_term {
-            w.finish();
+            w.write(true);
         }
         std::process::exit(0);
     });
+    if waiting.is_err() {
+        signals::unblock_term();
+    }
     let served = fuse::serve(fs, conn, threads).map_err(|e| format!("serving the image: {e}"));
     if let Some(w) = writer {
-        w.finish();
+        w.write(true);
     }
     served
 }
@@ -169,12 +179,17 @@ fn read_profile(file: &File) -> Option<Vec<profile::Block>> {
     blocks.filter(|b| !b.is_empty())
 }
 
-/// Writes this start's read profile over the last one: as it grows, every
-/// [`SNAPSHOT`] while its window is open (a job's end may kill the server
-/// without warning), and once more when the window closes or the server is
-/// stopped or unmounted.
+/// Writes the image's read profile after this start (what it read, then
+/// what the last profile named besides, see [`profile::merge`]): as it
+/// grows, every [`SNAPSHOT`] while its window is open (a job's end may
+/// kill the server without warning), and once more when the window closes
+/// or the server is stopped or unmounted.
 struct ProfileWriter {
     recorder: Arc<Recorder>,
+    /// The last profile's blocks.
+    last: Vec<profile::Block>,
+    budgets: (usize, usize),
+    block_size: usize,
     out: Mutex<Option<File>>,
 }
 
@@ -184,36 +199,35 @@ const SNAPSHOT: Duration = Duration::from_millis(50);
 impl ProfileWriter {
     /// Writes the profile as it grows until the window closes.
     fn keep_written(&self) {
+        let until = self.recorder.until();
         let mut written = 0;
-        while Instant::now() < self.recorder.until() {
-            std::thread::sleep(
-                SNAPSHOT.min(
-                    self.recorder
-                        .until()
-                        .saturating_duration_since(Instant::now()),
-                ),
-            );
+        while Instant::now() < until {
+            std::thread::sleep(SNAPSHOT.min(until.saturating_duration_since(Instant::now())));
             let n = self.recorder.len();
             if n != written {
-                self.write(&self.recorder.noted(), false);
+                self.write(false);
                 written = n;
             }
         }
-        self.finish();
+        self.write(true);
     }
 
-    /// Writes what was noted, the last time.
-    fn finish(&self) {
-        self.write(&self.recorder.take(), true);
-    }
-
-    fn write(&self, blocks: &[profile::Block], last: bool) {
+    /// Writes what is noted so far; `last`: noting stops, and this is the
+    /// last write. The file's lock is taken first, so that of two last
+    /// writes the one that takes what was noted is the one that writes it.
+    fn write(&self, last: bool) {
         let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
         let Some(f) = out.as_ref() else {
             return;
         };
-        if !blocks.is_empty() {
-            let bytes = profile::encode(blocks);
+        let noted = if last {
+            self.recorder.take()
+        } else {
+            self.recorder.noted()
+        };
+        if !noted.is_empty() {
+            let blocks = profile::merge(&noted, &self.last, self.budgets, self.block_size);
+            let bytes = profile::encode(&blocks);
             let wrote = rustix::io::pwrite(f, &bytes, 0)
                 .map_err(std::io::Error::from)
                 .and_then(|n| f.set_len(n as u64));
@@ -221,8 +235,9 @@ impl ProfileWriter {
                 eprintln!("berth-squashfs: cannot write the image's read profile: {e}");
             } else if last {
                 eprintln!(
-                    "berth-squashfs: noted the {} blocks this start read",
-                    blocks.len()
+                    "berth-squashfs: the image's read profile names {} blocks ({} read by this start)",
+                    blocks.len(),
+                    noted.len()
                 );
             }
         }

@@ -17,6 +17,18 @@ pub fn block_term() {
     }
 }
 
+/// Undoes [`block_term`] in the calling thread (where nothing could wait
+/// for it): SIGTERM ends the process at once again.
+pub fn unblock_term() {
+    // SAFETY: as in `block_term`.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+    }
+}
+
 /// Waits until SIGTERM comes (blocked with [`block_term`]).
 pub fn wait_term() {
     // SAFETY: as in `block_term`; sigwait writes the signal's number into

@@ -32,9 +32,14 @@ pub(super) fn open(path: &Path) -> Option<File> {
         .create(true)
         .truncate(false)
         .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
         .ok()?;
+    // A FIFO there would stop the server's first read, and with it the
+    // start.
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
     // Inherited by the server, and nothing else it starts (none).
     rustix::io::fcntl_setfd(&f, rustix::io::FdFlags::empty()).ok()?;
     Some(f)
@@ -69,5 +74,12 @@ mod tests {
         let link = d.path().join("def");
         std::os::unix::fs::symlink(&target, &link).unwrap();
         assert!(open(&link).is_none());
+        let fifo = d.path().join("fifo");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        assert!(open(&fifo).is_none());
     }
 }

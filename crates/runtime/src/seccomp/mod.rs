@@ -418,6 +418,13 @@ pub(crate) mod tests {
     /// says "thread force mitigated") and memory-bound code runs slower.
     #[test]
     fn the_filter_does_not_force_the_store_bypass_mitigation() {
+        // Under a filter loaded without the flag (a CI container on an old
+        // kernel), this process is forced already, for good.
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        if status.contains("force mitigated") {
+            eprintln!("skipped: this process's store bypass mitigation is forced already");
+            return;
+        }
         let code = exit_code_under(&default_program(), || {
             let mut buf = [0u8; 8192];
             // SAFETY: opens a NUL-terminated path.

@@ -319,7 +319,7 @@ pub fn exec_without_root_powers(cmd: &mut std::process::Command) {
 /// a filter, slowing memory-bound code for no gain in isolation (it guards
 /// a process against itself); 5.16 made that the default everywhere.
 /// Kernels before 4.17 know no such flag: there the filter is loaded as
-/// before, with `prctl`.
+/// before, with `prctl` (as where an outer sandbox refuses `seccomp(2)`).
 pub fn load_seccomp_filter(program: &[libc::sock_filter]) -> std::io::Result<()> {
     let fprog = libc::sock_fprog {
         len: program.len() as u16,
@@ -342,7 +342,13 @@ pub fn load_seccomp_filter(program: &[libc::sock_filter]) -> std::io::Result<()>
         return Ok(());
     }
     let err = std::io::Error::last_os_error();
-    if !matches!(err.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) {
+    // EINVAL: a kernel before 4.17 (the flag); ENOSYS: before 3.17 (the
+    // call); EPERM: an outer sandbox that allows prctl but not seccomp(2)
+    // (which itself never answers EPERM here).
+    if !matches!(
+        err.raw_os_error(),
+        Some(libc::EINVAL | libc::ENOSYS | libc::EPERM)
+    ) {
         return Err(err);
     }
     // SAFETY: as above.

@@ -31,6 +31,39 @@ const DIGEST: usize = 16;
 /// The most entries a profile holds.
 pub const MAX_BLOCKS: usize = 4096;
 
+/// The profile to write after a start that read `recent`, when the last
+/// one named `older`: `recent` in order, then what `older` named that this
+/// start did not read, within [`MAX_BLOCKS`] and `budgets` (metadata and
+/// data bytes decompressed, see [`Image::profile_budgets`]; a data block
+/// weighs `block_size`). So a node that runs several programs from one
+/// image keeps them all ahead, the latest first, until the budgets push
+/// the oldest out.
+pub fn merge(
+    recent: &[Block],
+    older: &[Block],
+    (meta, data): (usize, usize),
+    block_size: usize,
+) -> Vec<Block> {
+    let (mut meta_left, mut data_left) = (meta, data);
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for b in recent.iter().chain(older) {
+        if out.len() >= MAX_BLOCKS {
+            break;
+        }
+        let (left, weight) = match b {
+            Block::Meta(_) => (&mut meta_left, META_SIZE),
+            Block::Data(..) => (&mut data_left, block_size),
+        };
+        if *left < weight || !seen.insert(*b) {
+            continue;
+        }
+        *left -= weight;
+        out.push(*b);
+    }
+    out
+}
+
 /// A block the reader decompressed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Block {
@@ -191,6 +224,11 @@ impl Image {
     /// budgets to give it: [`Image::profile_budgets`].
     pub fn record_into(&mut self, recorder: std::sync::Arc<Recorder>) {
         self.recorder = Some(recorder);
+    }
+
+    /// The block size, what a data block weighs in a profile's budget.
+    pub fn block_size(&self) -> usize {
+        self.sb.block_size as usize
     }
 
     /// Half of the metadata and data caches' budgets: what a profile may
@@ -372,6 +410,34 @@ mod tests {
         let fresh = Image::open(file, 0).unwrap();
         fresh.prefetch(&forged);
         read_all(&fresh, &files);
+    }
+
+    #[test]
+    fn a_merge_keeps_the_latest_first_then_the_rest_within_budgets() {
+        let recent = [Block::Data(10, 1), Block::Meta(5)];
+        let older = [
+            Block::Meta(5),
+            Block::Data(20, 1),
+            Block::Data(30, 1),
+            Block::Meta(6),
+        ];
+        assert_eq!(
+            merge(&recent, &older, (2 * META_SIZE, 3 * 100), 100),
+            vec![
+                Block::Data(10, 1),
+                Block::Meta(5),
+                Block::Data(20, 1),
+                Block::Data(30, 1),
+                Block::Meta(6)
+            ]
+        );
+        // Budgets push the oldest out.
+        assert_eq!(
+            merge(&recent, &older, (META_SIZE, 2 * 100), 100),
+            vec![Block::Data(10, 1), Block::Meta(5), Block::Data(20, 1)]
+        );
+        let many: Vec<Block> = (0..2 * MAX_BLOCKS as u64).map(Block::Meta).collect();
+        assert_eq!(merge(&many, &[], (usize::MAX, 0), 1).len(), MAX_BLOCKS);
     }
 
     proptest::proptest! {

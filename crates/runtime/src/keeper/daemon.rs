@@ -226,6 +226,14 @@ fn prepare_mnt(k: &dyn Kernel, dir: &Path) -> Result<PathBuf> {
         Some("mode=0700"),
     )
     .map_err(|e| Error::sys("mount a tmpfs on", Some(mnt.clone()), e))?;
+    // Unbindable: a recursive bind of a directory above it (a container's
+    // /tmp, where the state directory is /tmp/berth-UID) leaves this
+    // keeper's mounts out, instead of copying all of them (the image, the
+    // prepared root and its /dev, /proc, /sys) into every container of
+    // every keeper of the node, hidden there, and tearing them down again
+    // at each container's end.
+    k.mount(None, &mnt, None, libc::MS_UNBINDABLE, None)
+        .map_err(|e| Error::sys("make unbindable", Some(mnt.clone()), e))?;
     for d in ["image", "stage"] {
         fs::create_dir(mnt.join(d)).map_err(|e| Error::io("create", mnt.join(d), e))?;
     }

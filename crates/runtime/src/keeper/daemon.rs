@@ -158,7 +158,6 @@ fn run(k: &dyn Kernel, raw: &[String]) -> Result<()> {
         IdMode::FakeRoot => helpers::start_identity_ns(k, &args.dir, &NestedMaps::same_as_keeper()),
         IdMode::HostRoot => None,
     };
-    image_mount::await_server(&image_dir, "the squashfs server")?;
     // Squashfs data files, mounted as the image is.
     let unpacked_because = unpacked.as_ref().map(|(_, why)| {
         why.as_deref()
@@ -172,7 +171,11 @@ fn run(k: &dyn Kernel, raw: &[String]) -> Result<()> {
     );
     let mut data_servers = data::mount_all(k, &args.dir, &data::from_env()?, data_how)?;
     let hidden = node::state_dir().ok();
+    // Also while the server starts: the kernel holds the holder's first
+    // request to the image until the server has answered INIT, and the
+    // fork and the namespace come before it.
     let prepared = helpers::start_prepared_root(k, &args.dir, hidden.as_deref());
+    image_mount::await_server(&image_dir, "the squashfs server")?;
     let files = LeaseFiles::open(&args.dir, DECIDE_LOCK)?;
     let pid = std::process::id();
     state::write_pid(&args.dir.join("pid"), pid)

@@ -60,6 +60,7 @@ ALL_TOOLS=berth,berth-unpack,berth-binds,berth-fuse,berth-rw,berth-fuse-rw,ch-ru
 TOOLS=$ALL_TOOLS
 CASES=true,python
 TIMING_RUNS=10
+COLD_RUNS=10
 HOST_FIXES=1
 FRESH=0
 SMOKE=0
@@ -77,6 +78,10 @@ usage: $0 [options]    (run as root)
   --cases LIST         comma list of true,python (default $CASES)
   --timing-runs N      extra untimed berth --timing starts per case, for the
                        phase breakdown (default $TIMING_RUNS; 0: none)
+  --cold-runs N        rounds of berth's first starts on the node (no keeper
+                       running) per case, each without and with the image's
+                       read profile, after the warm rounds (default
+                       $COLD_RUNS; 0: none)
   --berth PATH         berth binary (default target/release/berth)
   --registry H:P       loopback registry (default $REGISTRY)
   --user NAME          unprivileged user that runs the tools (default $BENCH_USER)
@@ -90,11 +95,12 @@ EOF
 }
 
 bench_options --runs=RUNS --warmup=WARMUP --smoke:SMOKE=1 --tools=TOOLS --cases=CASES \
-    --timing-runs=TIMING_RUNS --no-host-fixes:HOST_FIXES=0 --fresh:FRESH=1 common -- "$@"
-if ((SMOKE)); then RUNS=3; WARMUP=1; TIMING_RUNS=3; fi
+    --timing-runs=TIMING_RUNS --cold-runs=COLD_RUNS --no-host-fixes:HOST_FIXES=0 --fresh:FRESH=1 common -- "$@"
+if ((SMOKE)); then RUNS=3; WARMUP=1; TIMING_RUNS=3; COLD_RUNS=1; fi
 bench_int --runs "$RUNS"
 bench_int --warmup "$WARMUP"
 bench_int --timing-runs "$TIMING_RUNS" 0
+bench_int --cold-runs "$COLD_RUNS" 0
 bench_list TOOL_LIST "$TOOLS" "$ALL_TOOLS,runc" tool
 bench_list CASE_LIST "$CASES" true,python case
 
@@ -140,6 +146,7 @@ install -d -m 0755 -o "$BUID" -g "$BGID" "$LOGS"
 
 install -d -m 0755 "$WORK/bin"
 install -m 0755 "$HERE/lib/start-loop.py" "$WORK/bin/start-loop.py"
+install -m 0755 "$HERE/lib/start-cold.py" "$WORK/bin/start-cold.py"
 
 # ---------------------------------------------------------------------------
 # Host set-up the peers need here (see the peers-baseline notes)
@@ -387,6 +394,16 @@ log "$WARMUP warm-up + $RUNS measured rounds of ${#READY[@]} tools x ${#CASE_LIS
 (cd / && as_user python3 "$WORK/bin/start-loop.py" "$SPEC" "$RAW")
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
+# berth's first starts on the node (no keeper), without and with the
+# image's read profile, apart from the timed rounds.
+COLD=$LOGS/cold.tsv
+: > "$COLD"
+if [[ -n $KEEPER_DIR ]] && ((COLD_RUNS > 0)); then
+    log "$COLD_RUNS rounds of berth's first starts (no keeper), without and with a read profile"
+    (cd / && as_user python3 "$WORK/bin/start-cold.py" "$SPEC" "$KEEPER_DIR" \
+        "$UDIR/runtime/berth/profiles/${id#sha256:}" "$COLD_RUNS" "$COLD")
+fi
+
 # berth's own account of a start (--timing), apart from the timed rounds.
 PHASES=$LOGS/berth-phases.txt
 : > "$PHASES"
@@ -457,7 +474,7 @@ jq -n \
                  squashfuse: $squashfuse, umoci: $umoci}}' > "$META"
 
 status=0
-python3 "$HERE/lib/start-report.py" "$RAW" "$META" "$PHASES" "$RESULTS/start-$STAMP" || status=$?
+python3 "$HERE/lib/start-report.py" "$RAW" "$META" "$PHASES" "$RESULTS/start-$STAMP" "$COLD" || status=$?
 # A peer that cannot run here is reported; berth itself must run.
 if [[ -n ${WHY[berth]:-} ]]; then status=1; fi
 log "results: $RESULTS/start-$STAMP.json, $RESULTS/start-$STAMP.csv (logs: $LOGS)"

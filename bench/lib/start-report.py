@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Summarise bench/start.sh measurements.
 
-    start-report.py RAW.tsv META.json PHASES.txt OUT_PREFIX
+    start-report.py RAW.tsv META.json PHASES.txt OUT_PREFIX [COLD.tsv]
 
 RAW.tsv rows (tab-separated, written by start-loop.py):
     round  position  tool  case  status  milliseconds
 RAW.tsv.watch rows: round  content of berth's keeper pid file after it.
 PHASES.txt rows: "CASE name=NNus name=NNus ... total=NNus" (berth --timing).
+COLD.tsv rows (start-cold.py: berth's first starts, no keeper running):
+    round  case  variant  status  milliseconds
 
 Writes OUT_PREFIX.csv (one row per start, warm-up rows flagged),
 OUT_PREFIX.json (META plus summary and every start) and prints a markdown
@@ -238,11 +240,46 @@ def markdown(meta, summary):
     return "\n".join(out)
 
 
+def cold_starts(path):
+    """berth's first starts per case and variant: stats of the successful
+    ones, and how many failed."""
+    out = {}
+    rows = read_rows(path) if path and os.path.exists(path) else []
+    for _, case, variant, status, ms in rows:
+        c = out.setdefault(case, {}).setdefault(variant, {"ms": [], "failed": 0})
+        if status == "ok":
+            c["ms"].append(float(ms))
+        else:
+            c["failed"] += 1
+    return {case: {v: dict(stats(c["ms"], 2, spread=True) or {"n": 0}, failed=c["failed"])
+                   for v, c in variants.items()}
+            for case, variants in out.items()}
+
+
+def cold_markdown(cold):
+    if not cold:
+        return []
+    out = ["", "berth's first start on the node (no keeper running; ms, median and IQR):", "",
+           "| case | no read profile | with the image's read profile |", "|---|---:|---:|"]
+    for case, v in cold.items():
+        cells = []
+        for variant in ("no-profile", "profile"):
+            s = v.get(variant, {})
+            cells.append(f"{fmt(s['median'])} ({fmt(s['p25'])}–{fmt(s['p75'])}), n={s['n']}"
+                         if s.get("median") is not None else "not measured")
+        out.append(f"| {CASES.get(case, case)} | {cells[0]} | {cells[1]} |")
+    return out
+
+
 def main():
     raw, meta_path, phases_path, prefix = sys.argv[1:5]
+    cold_path = sys.argv[5] if len(sys.argv) > 5 else None
     runs = read_raw(raw)
     meta = read_json(meta_path)
     summary = summarise(runs, meta, read_watch(raw + ".watch"), read_phases(phases_path))
+    summary["berth_cold_starts"] = cold_starts(cold_path)
+    cold_failed = sum(v["failed"] for c in summary["berth_cold_starts"].values()
+                      for v in c.values())
 
     write_csv(prefix + ".csv",
               ["time_utc", "round", "warmup", "position", "tool", "case", "status", "ms"],
@@ -255,7 +292,8 @@ def main():
     write_json(prefix + ".json", doc)
 
     print(markdown(meta, summary))
-    sys.exit(1 if summary["failures"] else 0)
+    print("\n".join(cold_markdown(summary["berth_cold_starts"])))
+    sys.exit(1 if summary["failures"] or cold_failed else 0)
 
 
 if __name__ == "__main__":

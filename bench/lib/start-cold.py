@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Time berth's first starts on a node: no keeper runs (run by
+bench/start.sh as the unprivileged user, after the warm rounds).
+
+    start-cold.py SPEC.json KEEPER_DIR PROFILE ROUNDS OUT.tsv
+
+Each round, for each berth command of SPEC (one per case) and each of two
+variants, the image's keeper is stopped (SIGTERM to its processes; its
+squashfs server then writes the image's read profile and leaves), 0.3 s
+pass, and one start is timed as start-loop.py times them:
+
+    no-profile  the image's read profile (PROFILE) removed first: a node
+                that never ran the image
+    profile     what the last cold start of the image left (the previous
+                case's or round's)
+
+OUT.tsv rows: round  case  variant  status  milliseconds
+"""
+
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+
+
+def keeper_pids(keeper_dir):
+    """The keeper's processes (its forked helpers share its command line)."""
+    prefix = b"berth\0__keeper\0" + os.fsencode(keeper_dir) + b"\0"
+    pids = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                if f.read().startswith(prefix):
+                    pids.append(int(p))
+        except OSError:
+            pass
+    return pids
+
+
+def stop_keeper(keeper_dir):
+    for p in keeper_pids(keeper_dir):
+        try:
+            os.kill(p, signal.SIGTERM)
+        except OSError:
+            pass
+    deadline = time.monotonic() + 10
+    while keeper_pids(keeper_dir):
+        if time.monotonic() > deadline:
+            sys.exit(f"start-cold.py: the keeper of {keeper_dir} did not stop")
+        time.sleep(0.02)
+
+
+def main():
+    spec_path, keeper_dir, profile, rounds, out_path = sys.argv[1:6]
+    with open(spec_path, encoding="utf-8") as f:
+        spec = json.load(f)
+    os.chdir(spec.get("cwd", "/"))
+    devnull = os.open(os.devnull, os.O_RDWR)
+    commands = [c for c in spec["commands"] if c["tool"] == "berth"]
+    with open(out_path, "w", encoding="utf-8") as out:
+        for rnd in range(1, int(rounds) + 1):
+            for c in commands:
+                exe = shutil.which(c["argv"][0])
+                env = dict(os.environ)
+                env.update(c.get("env", {}))
+                log = os.open(os.path.join(spec["log_dir"], f"berth-cold-{c['case']}.log"),
+                              os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                actions = [(os.POSIX_SPAWN_DUP2, devnull, 0),
+                           (os.POSIX_SPAWN_DUP2, devnull, 1),
+                           (os.POSIX_SPAWN_DUP2, log, 2)]
+                for variant in ("no-profile", "profile"):
+                    stop_keeper(keeper_dir)
+                    time.sleep(0.3)
+                    if variant == "no-profile":
+                        try:
+                            os.unlink(profile)
+                        except FileNotFoundError:
+                            pass
+                    t0 = time.monotonic_ns()
+                    pid = os.posix_spawn(exe, c["argv"], env, file_actions=actions)
+                    _, st = os.waitpid(pid, 0)
+                    ms = (time.monotonic_ns() - t0) / 1e6
+                    if os.WIFEXITED(st):
+                        status = "ok" if os.WEXITSTATUS(st) == 0 else f"exit-{os.WEXITSTATUS(st)}"
+                    else:
+                        status = f"signal-{os.WTERMSIG(st)}"
+                    out.write(f"{rnd}\t{c['case']}\t{variant}\t{status}\t{ms:.3f}\n")
+                    out.flush()
+                os.close(log)
+    stop_keeper(keeper_dir)
+
+
+if __name__ == "__main__":
+    main()

@@ -397,7 +397,6 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 # berth's first starts on the node (no keeper), without and with the
 # image's read profile, apart from the timed rounds.
 COLD=$LOGS/cold.tsv
-: > "$COLD"
 if [[ -n $KEEPER_DIR ]] && ((COLD_RUNS > 0)); then
     log "$COLD_RUNS rounds of berth's first starts (no keeper), without and with a read profile"
     (cd / && as_user python3 "$WORK/bin/start-cold.py" "$SPEC" "$KEEPER_DIR" \

@@ -400,7 +400,9 @@ COLD=$LOGS/cold.tsv
 if [[ -n $KEEPER_DIR ]] && ((COLD_RUNS > 0)); then
     log "$COLD_RUNS rounds of berth's first starts (no keeper), without and with a read profile"
     (cd / && as_user python3 "$WORK/bin/start-cold.py" "$SPEC" "$KEEPER_DIR" \
-        "$UDIR/runtime/berth/profiles/${id#sha256:}" "$COLD_RUNS" "$COLD")
+        "$UDIR/runtime/berth/profiles/${id#sha256:}" "$COLD_RUNS" "$COLD" \
+        "$(find "$SW/berth-store" -name image.sqfs -print -quit)") ||
+        log "the cold rounds failed (see $LOGS/berth-cold-*.log); reporting the rest"
 fi
 
 # berth's own account of a start (--timing), apart from the timed rounds.

@@ -2,17 +2,23 @@
 """Time berth's first starts on a node: no keeper runs (run by
 bench/start.sh as the unprivileged user, after the warm rounds).
 
-    start-cold.py SPEC.json KEEPER_DIR PROFILE ROUNDS OUT.tsv
+    start-cold.py SPEC.json KEEPER_DIR PROFILE ROUNDS OUT.tsv [IMAGE_FILE]
 
 Each round, for each berth command of SPEC (one per case) and each of two
 variants, the image's keeper is stopped (SIGTERM to its processes; its
-squashfs server then writes the image's read profile and leaves), 0.3 s
-pass, and one start is timed as start-loop.py times them:
+squashfs server then writes the image's read profile and leaves; both are
+waited for), IMAGE_FILE (the image's squashfs file) is read whole, so
+that each start finds it in the page cache as the warm rounds do (this
+machine's kernel reclaims pages idle for a while), 0.3 s pass, and one
+start is timed as start-loop.py times them:
 
-    no-profile  the image's read profile (PROFILE) removed first: a node
-                that never ran the image
-    profile     what the last cold start of the image left (the previous
-                case's or round's)
+    no-profile  the image's read profile (PROFILE) removed first: no
+                profile, as on a node that never ran the image (but with
+                the image file in the page cache)
+    profile     the profile the no-profile start just before left
+
+The keeper of the last start is left running (start.sh's --timing starts
+come next and are warm ones).
 
 OUT.tsv rows: round  case  variant  status  milliseconds
 """
@@ -41,14 +47,39 @@ def keeper_pids(keeper_dir):
     return pids
 
 
+def children(pids):
+    """The processes whose parent is one of PIDS (the keeper's squashfs
+    server runs as other ids, but its stat is readable)."""
+    out = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open(f"/proc/{p}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid in pids:
+            out.append(int(p))
+    return out
+
+
+def alive(pid):
+    return os.path.exists(f"/proc/{pid}")
+
+
 def stop_keeper(keeper_dir):
-    for p in keeper_pids(keeper_dir):
+    """Stops the keeper and waits until it and its children (the squashfs
+    server, which writes the read profile as it leaves) are gone."""
+    pids = keeper_pids(keeper_dir)
+    waited = pids + children(pids)
+    for p in pids:
         try:
             os.kill(p, signal.SIGTERM)
         except OSError:
             pass
     deadline = time.monotonic() + 10
-    while keeper_pids(keeper_dir):
+    while any(alive(p) for p in waited) or keeper_pids(keeper_dir):
         if time.monotonic() > deadline:
             sys.exit(f"start-cold.py: the keeper of {keeper_dir} did not stop")
         time.sleep(0.02)
@@ -56,6 +87,7 @@ def stop_keeper(keeper_dir):
 
 def main():
     spec_path, keeper_dir, profile, rounds, out_path = sys.argv[1:6]
+    image_file = sys.argv[6] if len(sys.argv) > 6 else None
     with open(spec_path, encoding="utf-8") as f:
         spec = json.load(f)
     os.chdir(spec.get("cwd", "/"))
@@ -74,6 +106,10 @@ def main():
                            (os.POSIX_SPAWN_DUP2, log, 2)]
                 for variant in ("no-profile", "profile"):
                     stop_keeper(keeper_dir)
+                    if image_file:
+                        with open(image_file, "rb") as f:
+                            while f.read(1 << 20):
+                                pass
                     time.sleep(0.3)
                     if variant == "no-profile":
                         try:
@@ -91,7 +127,6 @@ def main():
                     out.write(f"{rnd}\t{c['case']}\t{variant}\t{status}\t{ms:.3f}\n")
                     out.flush()
                 os.close(log)
-    stop_keeper(keeper_dir)
 
 
 if __name__ == "__main__":

@@ -265,8 +265,10 @@ def cold_markdown(cold):
         cells = []
         for variant in ("no-profile", "profile"):
             s = v.get(variant, {})
-            cells.append(f"{fmt(s['median'])} ({fmt(s['p25'])}–{fmt(s['p75'])}), n={s['n']}"
-                         if s.get("median") is not None else "not measured")
+            failed = f", {s['failed']} failed" if s.get("failed") else ""
+            cells.append(f"{fmt(s['median'])} ({fmt(s['p25'])}–{fmt(s['p75'])}), n={s['n']}{failed}"
+                         if s.get("median") is not None
+                         else f"none succeeded{failed}" if s else "not measured")
         out.append(f"| {CASES.get(case, case)} | {cells[0]} | {cells[1]} |")
     return out
 

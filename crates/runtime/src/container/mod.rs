@@ -424,6 +424,9 @@ pub fn build(
     }
     k.unshare(flags)
         .map_err(|e| Error::sys("unshare the container's namespaces", None, e))?;
+    // This copy's binds (a root of its own, or the run's own over the
+    // prepared one) leave the keeper's mounts out too.
+    keeper::keep_out_of_binds(k, &lease.dir);
     if spec.net_none {
         // An empty network namespace has only a downed loopback.
         if let Err(e) = sys::net::loopback_up() {

@@ -229,14 +229,7 @@ fn prepare_mnt(k: &dyn Kernel, dir: &Path) -> Result<PathBuf> {
         Some("mode=0700"),
     )
     .map_err(|e| Error::sys("mount a tmpfs on", Some(mnt.clone()), e))?;
-    // Unbindable: a recursive bind of a directory above it (a container's
-    // /tmp, where the state directory is /tmp/berth-UID) leaves this
-    // keeper's mounts out, instead of copying all of them (the image, the
-    // prepared root and its /dev, /proc, /sys) into every container of
-    // every keeper of the node, hidden there, and tearing them down again
-    // at each container's end.
-    k.mount(None, &mnt, None, libc::MS_UNBINDABLE, None)
-        .map_err(|e| Error::sys("make unbindable", Some(mnt.clone()), e))?;
+    super::keep_out_of_binds(k, dir);
     for d in ["image", "stage"] {
         fs::create_dir(mnt.join(d)).map_err(|e| Error::io("create", mnt.join(d), e))?;
     }
@@ -289,7 +282,7 @@ mod tests {
     }
 
     #[test]
-    fn the_keepers_tmpfs_is_private_and_holds_the_image_and_stage_points() {
+    fn the_keepers_tmpfs_is_private_unbindable_and_holds_the_image_and_stage_points() {
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir(d.path().join("mnt")).unwrap();
         let k = crate::sys::fake::Recording::new();
@@ -298,13 +291,22 @@ mod tests {
         assert!(d.path().join("mnt/stage").is_dir());
         assert_eq!(
             k.calls(),
-            vec![crate::sys::fake::Call::Mount {
-                source: Some("berth".into()),
-                target: d.path().join("mnt").display().to_string(),
-                fstype: Some("tmpfs".into()),
-                flags: libc::MS_NOSUID | libc::MS_NODEV,
-                data: Some("mode=0700".into()),
-            }]
+            vec![
+                crate::sys::fake::Call::Mount {
+                    source: Some("berth".into()),
+                    target: d.path().join("mnt").display().to_string(),
+                    fstype: Some("tmpfs".into()),
+                    flags: libc::MS_NOSUID | libc::MS_NODEV,
+                    data: Some("mode=0700".into()),
+                },
+                crate::sys::fake::Call::Mount {
+                    source: None,
+                    target: d.path().join("mnt").display().to_string(),
+                    fstype: None,
+                    flags: libc::MS_UNBINDABLE,
+                    data: None,
+                }
+            ]
         );
     }
 

@@ -64,12 +64,7 @@ pub(super) fn start_prepared_root(
                 .map_err(|e| Error::sys("ask to die with the keeper", None, e))?;
                 k.unshare(UnshareFlags::NEWNS)
                     .map_err(|e| Error::sys("unshare the mount namespace", None, e))?;
-                // Unbindable here too (a copy of a namespace does not keep
-                // it, see `daemon::prepare_mnt`): the root's recursive
-                // binds leave the keeper's mounts out.
-                let mnt = dir.join("mnt");
-                k.mount(None, &mnt, None, libc::MS_UNBINDABLE, None)
-                    .map_err(|e| Error::sys("make unbindable", Some(mnt), e))?;
+                super::keep_out_of_binds(k, dir);
                 let (image, stage) = (dir.join("mnt/image"), dir.join("mnt/stage"));
                 let binds = super::data::resolve(&template.binds, dir);
                 let hidden: Vec<&Path> = hidden.into_iter().collect();

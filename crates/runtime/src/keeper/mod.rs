@@ -99,6 +99,21 @@ impl KeeperLease {
     }
 }
 
+/// Makes the keeper's tmpfs (`DIR/mnt`) unbindable in the current mount
+/// namespace: a recursive bind of a directory above it (a container's
+/// `/tmp`, where the state directory is `/tmp/berth-UID`) then leaves the
+/// keeper's mounts (the image, the prepared root and its `/dev`, `/proc`,
+/// `/sys`) out, instead of copying them into the container, hidden under
+/// a tmpfs, only to tear them down at its end. A copy of a mount namespace
+/// does not keep the flag (Linux 6.18), so each namespace that binds sets
+/// it. An optimisation only: a failure is said at debug level.
+pub(crate) fn keep_out_of_binds(k: &dyn crate::sys::Kernel, dir: &std::path::Path) {
+    let mnt = dir.join("mnt");
+    if let Err(e) = k.mount(None, &mnt, None, libc::MS_UNBINDABLE, None) {
+        tracing::debug!("cannot make {} unbindable: {e}", mnt.display());
+    }
+}
+
 /// What a keeper prepares once so that runs need not: the root file system
 /// with the binds and identity files every default run of this user has.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

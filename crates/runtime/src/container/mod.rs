@@ -18,11 +18,12 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::hooks::{ContainerHooks, Hook, Sync};
-use crate::idmap::{self, IdMode};
+use crate::idmap::IdMode;
 use crate::keeper::{self, client::KeeperRequest, KeeperLease, Template};
 use crate::process::{self, Timing};
 use crate::rootfs::{self, Bind, Layers, Profile, RootfsPlan};
 use crate::sys::{self, Fork, Kernel, Namespace, LINUX};
+use identity::{become_user, own_uts};
 
 /// A check run inside the container after its root is in place and
 /// before the command starts (it sees the image at `/`): the MPI ABI check
@@ -568,36 +569,6 @@ fn set_all(env: &mut Vec<(String, String)>, vars: Vec<(String, String)>) {
     }
 }
 
-/// The container's own UTS namespace, when asked: made in the user
-/// namespace the command runs in (still with its capabilities there,
-/// before `exec`), so that root inside may set the hostname.
-fn own_uts(k: &dyn Kernel, spec: &RunSpec) -> Result<()> {
-    if !spec.uts_ns {
-        return Ok(());
-    }
-    k.unshare(UnshareFlags::NEWUTS)
-        .map_err(|e| Error::sys("unshare the UTS namespace", None, e))
-}
-
-/// Leaves the keeper's user namespace, where the setup held capabilities,
-/// for the container's user in the namespace nested in it.
-fn become_user(k: &dyn Kernel, spec: &RunSpec, lease: &KeeperLease) -> Result<()> {
-    let id = &spec.identity;
-    match (id.mode, &lease.nested_userns) {
-        // The keeper's nested namespace: one for all runs, and none of its
-        // capabilities (fakeroot's root has all of them) reach the
-        // keeper's namespace, its mounts or its processes.
-        (IdMode::Identity | IdMode::FakeRoot, Some(ns)) => k
-            .setns(ns.as_fd(), Namespace::User)
-            .map_err(|e| Error::sys("join the nested user namespace", None, e)),
-        (IdMode::Identity, None) => idmap::become_caller(k, id.uid, id.gid),
-        (IdMode::FakeRoot, None) => idmap::become_caller(k, 0, 0),
-        // Real root has real capabilities: keep Docker's default set only.
-        (IdMode::HostRoot, _) => k
-            .restrict_bounding_set(sys::ROOT_KEEPS)
-            .map_err(|e| Error::sys("drop capabilities", None, e)),
-    }
-}
-
+mod identity;
 #[cfg(test)]
 mod tests;

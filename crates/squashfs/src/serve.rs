@@ -102,14 +102,13 @@ fn run(args: &[String]) -> Result<(), String> {
             let file =
                 File::from(dev::take_fd(fd).map_err(|e| format!("the profile descriptor: {e}"))?);
             let last = read_profile(&file);
-            let budgets = image.profile_budgets();
-            let recorder = Arc::new(Recorder::new(window, budgets.0, budgets.1));
+            let budget = image.profile_budget();
+            let recorder = Arc::new(Recorder::new(window, budget));
             image.record_into(recorder.clone());
             let writer = ProfileWriter {
                 recorder,
                 last: last.clone().unwrap_or_default(),
-                budgets,
-                block_size: image.block_size(),
+                budget,
                 out: Mutex::new(Some(file)),
             };
             (last, Some(Arc::new(writer)))
@@ -171,7 +170,9 @@ fn run(args: &[String]) -> Result<(), String> {
 /// damaged: then it is written afresh).
 fn read_profile(file: &File) -> Option<Vec<profile::Block>> {
     let mut bytes = Vec::new();
-    let read = file.take(PROFILE_MAX as u64 + 1).read_to_end(&mut bytes);
+    let read = file
+        .take(profile::MAX_BYTES as u64 + 1)
+        .read_to_end(&mut bytes);
     let blocks = read.ok().and_then(|_| profile::decode(&bytes));
     if blocks.is_none() && !bytes.is_empty() {
         eprintln!("berth-squashfs: the image's read profile is damaged: it is written afresh");
@@ -188,8 +189,7 @@ struct ProfileWriter {
     recorder: Arc<Recorder>,
     /// The last profile's blocks.
     last: Vec<profile::Block>,
-    budgets: (usize, usize),
-    block_size: usize,
+    budget: profile::Budget,
     out: Mutex<Option<File>>,
 }
 
@@ -226,7 +226,7 @@ impl ProfileWriter {
             self.recorder.noted()
         };
         if !noted.is_empty() {
-            let blocks = profile::merge(&noted, &self.last, self.budgets, self.block_size);
+            let blocks = profile::merge(&noted, &self.last, self.budget);
             let bytes = profile::encode(&blocks);
             let wrote = rustix::io::pwrite(f, &bytes, 0)
                 .map_err(std::io::Error::from)
@@ -246,9 +246,6 @@ impl ProfileWriter {
         }
     }
 }
-
-/// The largest profile file.
-const PROFILE_MAX: usize = 8 + 4 + profile::MAX_BLOCKS * 13 + 16;
 
 /// It never executes anything: nothing it could execute gains privileges.
 /// (The runtime's kernel seam is for containers; this process has no

@@ -88,10 +88,7 @@ impl Image {
     fn data_block(&self, pos: u64, word: u32) -> Result<Arc<Vec<u8>>> {
         let block = self.load_data_block(pos, word)?;
         if let Some(r) = &self.recorder {
-            r.note(
-                super::profile::Block::Data(pos, word),
-                self.sb.block_size as usize,
-            );
+            r.note(super::profile::Block::Data(pos, word));
         }
         Ok(block)
     }

@@ -26,7 +26,7 @@ impl Image {
     pub(crate) fn meta_block(&self, pos: u64) -> Result<Arc<MetaBlock>> {
         let block = self.load_meta_block(pos)?;
         if let Some(r) = &self.recorder {
-            r.note(super::profile::Block::Meta(pos), META_SIZE);
+            r.note(super::profile::Block::Meta(pos));
         }
         Ok(block)
     }

@@ -30,35 +30,55 @@ const ENTRY: usize = 1 + 8 + 4;
 const DIGEST: usize = 16;
 /// The most entries a profile holds.
 pub const MAX_BLOCKS: usize = 4096;
+/// The largest profile file.
+pub const MAX_BYTES: usize = MAGIC.len() + 4 + MAX_BLOCKS * ENTRY + DIGEST;
+
+/// What is left of a profile's budgets: bytes of decompressed metadata and
+/// data blocks (see [`Image::profile_budget`]), a metadata block weighing
+/// [`META_SIZE`] and a data block the image's block size. The one measure
+/// of what a profile may name, a recorder note and a prefetch hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// Bytes of metadata blocks left.
+    pub meta: usize,
+    /// Bytes of data blocks left.
+    pub data: usize,
+    /// What a data block weighs.
+    pub block_size: usize,
+}
+
+impl Budget {
+    /// Spends `block`'s weight if what is left of its kind's budget holds
+    /// it; whether it did.
+    fn spend(&mut self, block: &Block) -> bool {
+        let (left, weight) = match block {
+            Block::Meta(_) => (&mut self.meta, META_SIZE),
+            Block::Data(..) => (&mut self.data, self.block_size),
+        };
+        if *left < weight {
+            return false;
+        }
+        *left -= weight;
+        true
+    }
+}
 
 /// The profile to write after a start that read `recent`, when the last
 /// one named `older`: `recent` in order, then what `older` named that this
-/// start did not read, within [`MAX_BLOCKS`] and `budgets` (metadata and
-/// data bytes decompressed, see [`Image::profile_budgets`]; a data block
-/// weighs `block_size`). So a node that runs several programs from one
-/// image keeps them all ahead, the latest first, until the budgets push
-/// the oldest out.
-pub fn merge(
-    recent: &[Block],
-    older: &[Block],
-    (meta, data): (usize, usize),
-    block_size: usize,
-) -> Vec<Block> {
-    let (mut meta_left, mut data_left) = (meta, data);
+/// start did not read, within [`MAX_BLOCKS`] and `budget`. So a node that
+/// runs several programs from one image keeps them all ahead, the latest
+/// first, until the budgets push the oldest out.
+pub fn merge(recent: &[Block], older: &[Block], mut budget: Budget) -> Vec<Block> {
     let mut seen = HashSet::new();
     let mut out = Vec::new();
     for b in recent.iter().chain(older) {
         if out.len() >= MAX_BLOCKS {
             break;
         }
-        let (left, weight) = match b {
-            Block::Meta(_) => (&mut meta_left, META_SIZE),
-            Block::Data(..) => (&mut data_left, block_size),
-        };
-        if *left < weight || !seen.insert(*b) {
+        if seen.contains(b) || !budget.spend(b) {
             continue;
         }
-        *left -= weight;
+        seen.insert(*b);
         out.push(*b);
     }
     out
@@ -122,8 +142,7 @@ pub fn decode(bytes: &[u8]) -> Option<Vec<Block>> {
 }
 
 /// Notes the blocks reads ask for (each once, in the order first asked)
-/// for a while after the server started, up to a budget of decompressed
-/// bytes per kind. What a prefetch decompresses is not noted, only what
+/// for a while after the server started, within a [`Budget`]. What a prefetch decompresses is not noted, only what
 /// reads use: each start's profile is what that start needed.
 #[derive(Debug)]
 pub struct Recorder {
@@ -136,22 +155,19 @@ pub struct Recorder {
 struct Noted {
     blocks: Vec<Block>,
     seen: HashSet<Block>,
-    meta_left: usize,
-    data_left: usize,
+    budget: Budget,
 }
 
 impl Recorder {
-    /// Notes for `window` from now, up to `meta` and `data` bytes of
-    /// decompressed metadata and data blocks.
-    pub fn new(window: Duration, meta: usize, data: usize) -> Self {
+    /// Notes for `window` from now, within `budget`.
+    pub fn new(window: Duration, budget: Budget) -> Self {
         Recorder {
             until: Instant::now() + window,
             closed: AtomicBool::new(false),
             state: Mutex::new(Noted {
                 blocks: Vec::new(),
                 seen: HashSet::new(),
-                meta_left: meta,
-                data_left: data,
+                budget,
             }),
         }
     }
@@ -161,9 +177,9 @@ impl Recorder {
         self.until
     }
 
-    /// Notes `block`, of `size` bytes decompressed, unless it was noted
-    /// before, the window has closed or its kind's budget is spent.
-    pub(crate) fn note(&self, block: Block, size: usize) {
+    /// Notes `block` unless it was noted before, the window has closed or
+    /// its kind's budget is spent.
+    pub(crate) fn note(&self, block: Block) {
         if self.closed.load(Ordering::Relaxed) {
             return;
         }
@@ -172,17 +188,9 @@ impl Recorder {
             return;
         }
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if s.blocks.len() >= MAX_BLOCKS || s.seen.contains(&block) {
+        if s.blocks.len() >= MAX_BLOCKS || s.seen.contains(&block) || !s.budget.spend(&block) {
             return;
         }
-        let left = match block {
-            Block::Meta(_) => &mut s.meta_left,
-            Block::Data(..) => &mut s.data_left,
-        };
-        if *left < size {
-            return;
-        }
-        *left -= size;
         s.seen.insert(block);
         s.blocks.push(block);
     }
@@ -221,21 +229,20 @@ impl Recorder {
 
 impl Image {
     /// Notes the blocks reads ask for from now on in `recorder`. The
-    /// budgets to give it: [`Image::profile_budgets`].
+    /// budget to give it: [`Image::profile_budget`].
     pub fn record_into(&mut self, recorder: std::sync::Arc<Recorder>) {
         self.recorder = Some(recorder);
-    }
-
-    /// The block size, what a data block weighs in a profile's budget.
-    pub fn block_size(&self) -> usize {
-        self.sb.block_size as usize
     }
 
     /// Half of the metadata and data caches' budgets: what a profile may
     /// name and [`Image::prefetch`] hold without the caches dropping what
     /// it decompressed before a read asks for it.
-    pub fn profile_budgets(&self) -> (usize, usize) {
-        (self.budgets.metadata / 2, self.budgets.data / 2)
+    pub fn profile_budget(&self) -> Budget {
+        Budget {
+            meta: self.budgets.metadata / 2,
+            data: self.budgets.data / 2,
+            block_size: self.sb.block_size as usize,
+        }
     }
 
     /// Decompresses `blocks` into the caches, in order, as a read would
@@ -243,21 +250,14 @@ impl Image {
     /// that is no block of this image is skipped. Returns how many were
     /// decompressed.
     pub fn prefetch(&self, blocks: &[Block]) -> usize {
-        let (mut meta_left, mut data_left) = self.profile_budgets();
-        let bs = self.sb.block_size as usize;
+        let mut budget = self.profile_budget();
         let mut done = 0;
         for b in blocks.iter().take(MAX_BLOCKS) {
-            let ok = match *b {
-                Block::Meta(pos) if meta_left >= META_SIZE => {
-                    meta_left -= META_SIZE;
-                    self.load_meta_block(pos).is_ok()
-                }
-                Block::Data(pos, word) if data_left >= bs => {
-                    data_left -= bs;
-                    self.load_data_block(pos, word).is_ok()
-                }
-                _ => false,
-            };
+            let ok = budget.spend(b)
+                && match *b {
+                    Block::Meta(pos) => self.load_meta_block(pos).is_ok(),
+                    Block::Data(pos, word) => self.load_data_block(pos, word).is_ok(),
+                };
             done += usize::from(ok);
         }
         done
@@ -297,21 +297,22 @@ mod tests {
 
     #[test]
     fn noting_skips_repeats_and_stops_at_the_budget_the_window_and_take() {
-        let r = Recorder::new(Duration::from_secs(60), 2 * META_SIZE, 100);
-        r.note(Block::Meta(1), META_SIZE);
-        r.note(Block::Data(2, 3), 60);
-        r.note(Block::Meta(1), META_SIZE); // noted before
-        r.note(Block::Data(4, 5), 60); // over the data budget
-        r.note(Block::Meta(6), META_SIZE);
-        r.note(Block::Meta(7), META_SIZE); // over the metadata budget
+        let budget = budget(2 * META_SIZE, 100, 60);
+        let r = Recorder::new(Duration::from_secs(60), budget);
+        r.note(Block::Meta(1));
+        r.note(Block::Data(2, 3));
+        r.note(Block::Meta(1)); // noted before
+        r.note(Block::Data(4, 5)); // over the data budget
+        r.note(Block::Meta(6));
+        r.note(Block::Meta(7)); // over the metadata budget
         assert_eq!(
             r.take(),
             vec![Block::Meta(1), Block::Data(2, 3), Block::Meta(6)]
         );
-        r.note(Block::Meta(8), 1);
+        r.note(Block::Meta(8));
         assert!(r.take().is_empty());
-        let closed = Recorder::new(Duration::ZERO, 1 << 20, 1 << 20);
-        closed.note(Block::Meta(1), 1);
+        let closed = Recorder::new(Duration::ZERO, budget);
+        closed.note(Block::Meta(1));
         assert!(closed.take().is_empty());
     }
 
@@ -359,8 +360,8 @@ mod tests {
     /// twice.
     fn noted_reading(file: &std::fs::File, files: &Files) -> Vec<Block> {
         let mut image = Image::open(file.try_clone().unwrap(), 0).unwrap();
-        let (meta, data) = image.profile_budgets();
-        let r = std::sync::Arc::new(Recorder::new(Duration::from_secs(60), meta, data));
+        let budget = image.profile_budget();
+        let r = std::sync::Arc::new(Recorder::new(Duration::from_secs(60), budget));
         image.record_into(r.clone());
         read_all(&image, files);
         read_all(&image, files);
@@ -412,6 +413,14 @@ mod tests {
         read_all(&fresh, &files);
     }
 
+    fn budget(meta: usize, data: usize, block_size: usize) -> Budget {
+        Budget {
+            meta,
+            data,
+            block_size,
+        }
+    }
+
     #[test]
     fn a_merge_keeps_the_latest_first_then_the_rest_within_budgets() {
         let recent = [Block::Data(10, 1), Block::Meta(5)];
@@ -422,7 +431,7 @@ mod tests {
             Block::Meta(6),
         ];
         assert_eq!(
-            merge(&recent, &older, (2 * META_SIZE, 3 * 100), 100),
+            merge(&recent, &older, budget(2 * META_SIZE, 3 * 100, 100)),
             vec![
                 Block::Data(10, 1),
                 Block::Meta(5),
@@ -433,11 +442,14 @@ mod tests {
         );
         // Budgets push the oldest out.
         assert_eq!(
-            merge(&recent, &older, (META_SIZE, 2 * 100), 100),
+            merge(&recent, &older, budget(META_SIZE, 2 * 100, 100)),
             vec![Block::Data(10, 1), Block::Meta(5), Block::Data(20, 1)]
         );
         let many: Vec<Block> = (0..2 * MAX_BLOCKS as u64).map(Block::Meta).collect();
-        assert_eq!(merge(&many, &[], (usize::MAX, 0), 1).len(), MAX_BLOCKS);
+        assert_eq!(
+            merge(&many, &[], budget(usize::MAX, 0, 1)).len(),
+            MAX_BLOCKS
+        );
     }
 
     proptest::proptest! {

@@ -4,40 +4,46 @@
 
 #![allow(unsafe_code)]
 
-/// Blocks SIGTERM in the calling thread and every thread it starts from
-/// now on, so that only [`wait_term`] takes it.
-pub fn block_term() {
-    // SAFETY: a sigset on the stack, filled by sigemptyset/sigaddset, and
-    // pthread_sigmask reading it; no pointer outlives the calls.
+/// A signal set holding SIGTERM alone.
+fn term_set() -> libc::sigset_t {
+    // SAFETY: a zeroed sigset_t is a valid argument to sigemptyset, which
+    // (with sigaddset) fills the set on the stack; no pointer outlives
+    // the calls.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
     }
+}
+
+/// `pthread_sigmask(how, {SIGTERM})` for the calling thread.
+fn mask_term(how: libc::c_int) {
+    let set = term_set();
+    // SAFETY: pthread_sigmask reads the set on the stack and writes no
+    // old mask.
+    unsafe {
+        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
+    }
+}
+
+/// Blocks SIGTERM in the calling thread and every thread it starts from
+/// now on, so that only [`wait_term`] takes it.
+pub fn block_term() {
+    mask_term(libc::SIG_BLOCK);
 }
 
 /// Undoes [`block_term`] in the calling thread (where nothing could wait
 /// for it): SIGTERM ends the process at once again.
 pub fn unblock_term() {
-    // SAFETY: as in `block_term`.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-    }
+    mask_term(libc::SIG_UNBLOCK);
 }
 
 /// Waits until SIGTERM comes (blocked with [`block_term`]).
 pub fn wait_term() {
-    // SAFETY: as in `block_term`; sigwait writes the signal's number into
-    // a live i32.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        let mut sig = 0;
-        while libc::sigwait(&set, &mut sig) != 0 || sig != libc::SIGTERM {}
-    }
+    let set = term_set();
+    let mut sig = 0;
+    // SAFETY: sigwait reads the set and writes the signal's number into a
+    // live i32.
+    while unsafe { libc::sigwait(&set, &mut sig) } != 0 || sig != libc::SIGTERM {}
 }

@@ -39,6 +39,7 @@ install -d -m 0755 "$W" "$W/bin" "$W/logs" "$W/site-discovery/modules.d" "$W/sit
 install -m 0755 "$BERTH_BIN" "$W/bin/berth"
 # The helper, where the user can read it (the checkout may not be).
 install -m 0755 "$HERE/lib/start-loop.py" "$W/bin/start-loop.py"
+install -m 0644 "$HERE/lib/timed_starts.py" "$W/bin/timed_starts.py"
 chown "$BUID:$BGID" "$W/logs"
 "$REPO_ROOT/tests/setup/fake_gpu.sh" "$W/fake" > "$W/logs/fake_gpu.log"
 F=$W/fake

@@ -146,6 +146,7 @@ install -d -m 0755 -o "$BUID" -g "$BGID" "$LOGS"
 
 install -d -m 0755 "$WORK/bin"
 install -m 0755 "$HERE/lib/start-loop.py" "$WORK/bin/start-loop.py"
+install -m 0644 "$HERE/lib/timed_starts.py" "$WORK/bin/timed_starts.py"
 install -m 0755 "$HERE/lib/start-cold.py" "$WORK/bin/start-cold.py"
 
 # ---------------------------------------------------------------------------

@@ -10,7 +10,8 @@ squashfs server then writes the image's read profile and leaves; both are
 waited for), IMAGE_FILE (the image's squashfs file) is read whole, so
 that each start finds it in the page cache as the warm rounds do (this
 machine's kernel reclaims pages idle for a while), 0.3 s pass, and one
-start is timed as start-loop.py times them:
+start is timed as start-loop.py times them (timed_starts.py, installed
+beside this script):
 
     no-profile  the image's read profile (PROFILE) removed first: no
                 profile, as on a node that never ran the image (but with
@@ -25,10 +26,11 @@ OUT.tsv rows: round  case  variant  status  milliseconds
 
 import json
 import os
-import shutil
 import signal
 import sys
 import time
+
+from timed_starts import prepare, timed_start
 
 
 def keeper_pids(keeper_dir):
@@ -92,18 +94,12 @@ def main():
         spec = json.load(f)
     os.chdir(spec.get("cwd", "/"))
     devnull = os.open(os.devnull, os.O_RDWR)
-    commands = [c for c in spec["commands"] if c["tool"] == "berth"]
+    commands = [(c, *prepare(c, os.path.join(spec["log_dir"], f"berth-cold-{c['case']}.log"),
+                             devnull, "start-cold.py"))
+                for c in spec["commands"] if c["tool"] == "berth"]
     with open(out_path, "w", encoding="utf-8") as out:
         for rnd in range(1, int(rounds) + 1):
-            for c in commands:
-                exe = shutil.which(c["argv"][0])
-                env = dict(os.environ)
-                env.update(c.get("env", {}))
-                log = os.open(os.path.join(spec["log_dir"], f"berth-cold-{c['case']}.log"),
-                              os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-                actions = [(os.POSIX_SPAWN_DUP2, devnull, 0),
-                           (os.POSIX_SPAWN_DUP2, devnull, 1),
-                           (os.POSIX_SPAWN_DUP2, log, 2)]
+            for c, exe, env, actions in commands:
                 for variant in ("no-profile", "profile"):
                     stop_keeper(keeper_dir)
                     if image_file:
@@ -116,17 +112,9 @@ def main():
                             os.unlink(profile)
                         except FileNotFoundError:
                             pass
-                    t0 = time.monotonic_ns()
-                    pid = os.posix_spawn(exe, c["argv"], env, file_actions=actions)
-                    _, st = os.waitpid(pid, 0)
-                    ms = (time.monotonic_ns() - t0) / 1e6
-                    if os.WIFEXITED(st):
-                        status = "ok" if os.WEXITSTATUS(st) == 0 else f"exit-{os.WEXITSTATUS(st)}"
-                    else:
-                        status = f"signal-{os.WTERMSIG(st)}"
+                    status, ms = timed_start(exe, c["argv"], env, actions)
                     out.write(f"{rnd}\t{c['case']}\t{variant}\t{status}\t{ms:.3f}\n")
                     out.flush()
-                os.close(log)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ flagged as such.
 
 A start is timed from just before posix_spawn to the return of waitpid, with
 a monotonic clock; stdin and stdout are /dev/null, stderr is appended to
-LOG_DIR/TOOL-CASE.log. argv[0] is resolved on PATH before the first round.
+LOG_DIR/TOOL-CASE.log. argv[0] is resolved on PATH before the first round
+(timed_starts.py, installed beside this script).
 
 OUT.tsv rows: round  position  tool  case  status  milliseconds
 where round is a number or "warmup-N" and status is "ok", "exit-N" or
@@ -28,9 +29,9 @@ whether one keeper served every start).
 
 import json
 import os
-import shutil
 import sys
-import time
+
+from timed_starts import prepare, timed_start
 
 
 def main():
@@ -42,17 +43,8 @@ def main():
 
     commands = []
     for c in spec["commands"]:
-        exe = shutil.which(c["argv"][0])
-        if exe is None:
-            sys.exit(f"start-loop.py: {c['argv'][0]}: not found on PATH")
-        env = dict(os.environ)
-        env.update(c.get("env", {}))
-        log = os.open(os.path.join(spec["log_dir"], f"{c['tool']}-{c['case']}.log"),
-                      os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        actions = [(os.POSIX_SPAWN_DUP2, devnull, 0),
-                   (os.POSIX_SPAWN_DUP2, devnull, 1),
-                   (os.POSIX_SPAWN_DUP2, log, 2)]
-        commands.append((c, exe, env, actions))
+        log = os.path.join(spec["log_dir"], f"{c['tool']}-{c['case']}.log")
+        commands.append((c, *prepare(c, log, devnull, "start-loop.py")))
 
     n = len(commands)
     total = spec["warmup"] + spec["runs"]
@@ -65,15 +57,9 @@ def main():
             failed = 0
             for k in range(n):
                 c, exe, env, actions = commands[(r + k) % n]
-                t0 = time.perf_counter_ns()
-                pid = os.posix_spawn(exe, c["argv"], env, file_actions=actions)
-                _, wstatus = os.waitpid(pid, 0)
-                t1 = time.perf_counter_ns()
-                code = os.waitstatus_to_exitcode(wstatus)
-                status = "ok" if code == 0 else (f"exit-{code}" if code > 0 else f"signal-{-code}")
-                failed += code != 0
-                out.write(f"{label}\t{k}\t{c['tool']}\t{c['case']}\t{status}\t"
-                          f"{(t1 - t0) / 1e6:.3f}\n")
+                status, ms = timed_start(exe, c["argv"], env, actions)
+                failed += status != "ok"
+                out.write(f"{label}\t{k}\t{c['tool']}\t{c['case']}\t{status}\t{ms:.3f}\n")
             out.flush()
             if watch:
                 try:

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use berth_config::Config;
+use berth_inject::gpu::Capabilities;
 use berth_inject::module::{self, Module};
 use berth_inject::plan::MountKind;
 use berth_inject::{HostPaths, Plan, Site};
@@ -62,30 +63,44 @@ pub fn annotations(values: &[String]) -> Result<Vec<(String, String)>> {
         .collect()
 }
 
+/// An environment, as ordered pairs.
+type Env = [(String, String)];
+
 /// What the site's modules add to every run, and what `req` adds for
-/// `command` (the command's path, for hooks' `when`); `implicit_gpus`:
-/// the GPUs the environment asks for without `--gpus`
-/// ([`berth_inject::gpu::from_environment`]).
+/// `command` (the command's path, for hooks' `when`). `env`: the task's
+/// environment and the image's ENV, where GPUs are asked for without
+/// `--gpus` as enroot's hook reads them
+/// ([`berth_inject::gpu::from_environment`]), and the parts of the driver
+/// they come with ([`Capabilities::from_environment`]).
 pub fn plans(
     config: &Config,
     req: &RunRequest,
     command: &str,
     annotations: &[(String, String)],
-    implicit_gpus: Option<String>,
+    env: (&Env, &Env),
 ) -> Result<(Plan, Plan)> {
     let site = site(config)?;
     // --gpus, else what NVIDIA_VISIBLE_DEVICES asks for where the node has
     // an NVIDIA GPU (elsewhere a CUDA image runs without one, as enroot's
-    // hook lets it).
-    let gpus = req
-        .gpus
-        .clone()
-        .or_else(|| implicit_gpus.filter(|_| site.has_nvidia()));
+    // hook lets it). The driver's parts: NVIDIA_DRIVER_CAPABILITIES, else
+    // every part for --gpus and enroot's `utility` for the variable.
+    let (gpus, unset) = match &req.gpus {
+        Some(g) => (Some(g.clone()), Capabilities::ALL),
+        None => (
+            berth_inject::gpu::from_environment(env.0, env.1).filter(|_| site.has_nvidia()),
+            Capabilities::ENROOT_DEFAULT,
+        ),
+    };
+    let gpu_capabilities = match &gpus {
+        Some(_) => Capabilities::from_environment(env.0, env.1)?.unwrap_or(unset),
+        None => unset,
+    };
     let request = berth_inject::Request {
         gpus: gpus
             .as_deref()
             .map(berth_inject::gpu::Selection::parse)
             .transpose()?,
+        gpu_capabilities,
         devices: req.devices.clone(),
         modules: req.modules.clone(),
         mpi: req.mpi,

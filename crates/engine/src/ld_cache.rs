@@ -31,28 +31,33 @@ const FORMAT: u32 = 2;
 /// read-only roots only (the caller's test): in a writable container the
 /// image's `ldconfig` (run by apt and dnf) must be able to replace the
 /// cache, which it cannot where the cache is a mount point.
+///
+/// Returns whether the bind was added: the run's loader cache then lists
+/// every injected library.
 pub fn add(
     image: &StoredImage,
     always: (&Plan, &mut Vec<Bind>),
     requested: (&Plan, &mut Vec<Bind>),
-) {
+) -> bool {
     let libs: Vec<&Library> = always
         .0
         .libraries
         .iter()
         .chain(&requested.0.libraries)
         .collect();
-    if let Some(b) = bind(image, &libs) {
-        match requested.0.libraries.is_empty() {
-            true => always.1.push(b),
-            false => requested.1.push(b),
-        }
+    let Some(b) = bind(image, &libs) else {
+        return false;
+    };
+    match requested.0.libraries.is_empty() {
+        true => always.1.push(b),
+        false => requested.1.push(b),
     }
+    true
 }
 
 /// The bind of the image's cache with `libraries` added; `None` without
 /// libraries, or where the image has no cache (musl images, whose loader
-/// has none) or it cannot be read or written (the libraries are still on
+/// has none) or it cannot be read or written (the libraries then go on
 /// `LD_LIBRARY_PATH`; said at debug level).
 fn bind(image: &StoredImage, libraries: &[&Library]) -> Option<Bind> {
     if libraries.is_empty() {

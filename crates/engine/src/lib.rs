@@ -219,15 +219,31 @@ pub fn prepare(
     // prepared once, with the user's other common binds) and what this run
     // asks for.
     let annotations = inject::annotations(&req.annotations)?;
-    let implicit = berth_inject::gpu::from_environment(&caller.env, &image_env);
-    let (always, requested) = inject::plans(config, req, &argv[0], &annotations, implicit)?;
+    let (always, requested) = inject::plans(
+        config,
+        req,
+        &argv[0],
+        &annotations,
+        (&caller.env, &image_env),
+    )?;
+    // A read-only root gets the image's loader cache with the injected
+    // libraries, bound over the image's.
+    let (mut site_always, mut injected) = (inject::binds(&always), inject::binds(&requested));
+    let layered = req.writable || req.overlay.is_some() || req.kept_name().is_some();
+    let in_cache = !layered
+        && req.save.is_none()
+        && ld_cache::add(
+            img,
+            (&always, &mut site_always),
+            (&requested, &mut injected),
+        );
     // The rest of an environment: the launcher's variables, the unset
     // names gone, the host resources' variables.
     let finish = |mut e: Vec<(String, String)>, launcher: &[(String, String)]| {
         e.extend(launcher.iter().cloned());
         e.retain(|(k, _)| !req.unset_env.contains(k));
-        always.apply_env(&mut e);
-        requested.apply_env(&mut e);
+        always.apply_env(&mut e, in_cache);
+        requested.apply_env(&mut e, in_cache);
         e
     };
     let env = finish(env, &launcher);
@@ -262,15 +278,6 @@ pub fn prepare(
     let mut tmpfs = req.tmpfs.clone();
     if own.ipc {
         tmpfs.push("/dev/shm:mode=1777".to_string());
-    }
-    let (mut site_always, mut injected) = (inject::binds(&always), inject::binds(&requested));
-    let layered = req.writable || req.overlay.is_some() || req.kept_name().is_some();
-    if !layered && req.save.is_none() {
-        ld_cache::add(
-            img,
-            (&always, &mut site_always),
-            (&requested, &mut injected),
-        );
     }
     let run_binds = binds::run_binds(binds::BindInputs {
         site: &config.runtime.binds,

@@ -82,6 +82,14 @@ pub enum InjectError {
     /// `--mpi` on a host with no MPI module.
     #[error("--mpi: {0}")]
     Mpi(String),
+    /// `NVIDIA_DRIVER_CAPABILITIES` names no capability berth knows.
+    #[error("NVIDIA_DRIVER_CAPABILITIES={value}: {reason}; fix or unset the variable (in the job's environment or the image's ENV)")]
+    DriverCapabilities {
+        /// The variable's value.
+        value: String,
+        /// Why it is refused.
+        reason: String,
+    },
 }
 
 impl berth_config::exit::ExitStatus for InjectError {
@@ -90,6 +98,7 @@ impl berth_config::exit::ExitStatus for InjectError {
     fn exit(&self) -> berth_config::exit::Exit {
         match self {
             InjectError::ModuleFile { .. } => berth_config::exit::Exit::Config,
+            InjectError::DriverCapabilities { .. } => berth_config::exit::Exit::Usage,
             _ => berth_config::exit::Exit::HostResource,
         }
     }

@@ -50,6 +50,9 @@ use module::{Module, When};
 pub struct Request {
     /// `--gpus`.
     pub gpus: Option<gpu::Selection>,
+    /// The parts of an NVIDIA driver the GPUs come with, where berth finds
+    /// the driver itself (a CDI spec says its own).
+    pub gpu_capabilities: gpu::Capabilities,
     /// `--device`: CDI names or host device paths (`SRC[:DST]`).
     pub devices: Vec<String>,
     /// `--module`.
@@ -122,7 +125,7 @@ impl Site {
                     let names = gpu_cdi_names(r, kind, sel);
                     r.apply(&names, &mut plan)?;
                 }
-                None => gpu::discover(sel, &self.host, &mut plan)?,
+                None => gpu::discover(sel, req.gpu_capabilities, &self.host, &mut plan)?,
             }
             for m in self.modules.iter().filter(|m| m.def.when == When::Gpus) {
                 m.apply(&mut plan, &self.host, true)?;

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::InjectError;
 use crate::host::HostPaths;
-use crate::plan::{EnvOp, Library, Mount, MountKind, Plan};
+use crate::plan::{EnvOp, Library, Lookup, Mount, MountKind, Plan};
 
 /// When a module applies.
 #[derive(
@@ -330,6 +330,7 @@ impl Module {
                         .unwrap_or_default(),
                     source: real,
                     origin: origin.clone(),
+                    lookup: Lookup::Path,
                 });
             }
         }

@@ -81,6 +81,22 @@ pub struct EnvEdit {
     pub origin: String,
 }
 
+/// How the container's loader finds an injected library in [`LIB_DIR`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Lookup {
+    /// On `LD_LIBRARY_PATH` (and in the loader cache): it must win over
+    /// the image's library of the same name, even where a program's
+    /// RUNPATH names the image's (the host MPI of the bind model, a
+    /// module's fabric library, ROCm).
+    Path,
+    /// In the image's loader cache, as NVIDIA's container toolkit gives a
+    /// GPU driver: `LD_LIBRARY_PATH` stays as the image and the task set
+    /// it. On `LD_LIBRARY_PATH` only where the run has no such cache (a
+    /// writable root, an image without `/etc/ld.so.cache`).
+    Cache,
+}
+
 /// One host library, bound into [`LIB_DIR`] under `name`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Library {
@@ -90,6 +106,8 @@ pub struct Library {
     pub source: PathBuf,
     /// Who asked for it.
     pub origin: String,
+    /// How the loader finds it.
+    pub lookup: Lookup,
 }
 
 /// A hook to run at an OCI stage (from a CDI spec).
@@ -233,13 +251,19 @@ impl Plan {
     /// Applies the environment edits to `env` (the container's final
     /// environment), then puts [`LIB_DIR`] and the library directories
     /// first on `LD_LIBRARY_PATH` and [`BIN_DIR`] first on `PATH` when
-    /// anything landed there.
-    pub fn apply_env(&self, env: &mut Vec<(String, String)>) {
+    /// anything landed there. [`LIB_DIR`] goes on `LD_LIBRARY_PATH` for
+    /// a library of [`Lookup::Path`], and for one of [`Lookup::Cache`]
+    /// unless `in_cache` (the run's loader cache lists the libraries).
+    pub fn apply_env(&self, env: &mut Vec<(String, String)>, in_cache: bool) {
         for e in &self.env {
             edit(env, &e.name, &e.value, e.op);
         }
         let mut lib_path: Vec<&str> = Vec::new();
-        if !self.libraries.is_empty() {
+        if self
+            .libraries
+            .iter()
+            .any(|l| l.lookup == Lookup::Path || !in_cache)
+        {
             lib_path.push(LIB_DIR);
         }
         lib_path.extend(self.library_dirs.iter().map(String::as_str));
@@ -275,6 +299,7 @@ mod tests {
             name: name.into(),
             source: src.into(),
             origin: "t".into(),
+            lookup: Lookup::Path,
         }
     }
 
@@ -288,7 +313,7 @@ mod tests {
         p.env("NEW", "/a", EnvOp::Append, "m");
         p.library(lib("libcuda.so.1", "/usr/lib/libcuda.so.550"));
         p.program(lib("nvidia-smi", "/usr/bin/nvidia-smi"));
-        p.apply_env(&mut env);
+        p.apply_env(&mut env, true);
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("FI_PROVIDER"), Some("cxi"));
         assert_eq!(
@@ -297,6 +322,30 @@ mod tests {
         );
         assert_eq!(get("NEW"), Some("/a"));
         assert_eq!(get("LD_LIBRARY_PATH"), Some("/.berth/lib"));
+    }
+
+    #[test]
+    fn a_driver_in_the_loader_cache_leaves_ld_library_path_alone() {
+        let image = vec![(
+            "LD_LIBRARY_PATH".to_string(),
+            "/usr/local/nvidia/lib".to_string(),
+        )];
+        let mut p = Plan::default();
+        p.library(Library {
+            lookup: Lookup::Cache,
+            ..lib("libcuda.so.1", "/usr/lib/libcuda.so.550")
+        });
+        let ld_path = |p: &Plan, in_cache| {
+            let mut env = image.clone();
+            p.apply_env(&mut env, in_cache);
+            env[0].1.clone()
+        };
+        assert_eq!(ld_path(&p, true), "/usr/local/nvidia/lib");
+        // Without a cache of the run's (a writable root) it must be on the path.
+        assert_eq!(ld_path(&p, false), "/.berth/lib:/usr/local/nvidia/lib");
+        // A library that must win over the image's puts it there anyway.
+        p.library(lib("libmpi.so.12", "/opt/mpich/lib/libmpi.so.12"));
+        assert_eq!(ld_path(&p, true), "/.berth/lib:/usr/local/nvidia/lib");
     }
 
     #[test]

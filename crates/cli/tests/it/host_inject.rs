@@ -65,11 +65,13 @@ fn gpus_by_driver_discovery() {
         out.contains("nvidia-caps nvidia-uvm nvidia0 nvidia1 nvidiactl"),
         "{out}"
     );
-    assert!(out.contains("lib=/.berth/lib visible=all cdi="), "{out}");
+    // The driver is found through the loader cache, as NVIDIA's toolkit
+    // gives it: LD_LIBRARY_PATH stays as it was (pyxis env 8, 29).
+    assert!(out.contains("lib= visible=all cdi="), "{out}");
 
-    // The loader cache knows the driver's libraries too (pyxis env 7):
-    // the image's ldconfig lists them, and a program run with
-    // LD_LIBRARY_PATH cleared loads them; the image's own entries stay.
+    // The image's ldconfig lists the driver's libraries (pyxis env 7), a
+    // program run with LD_LIBRARY_PATH cleared loads them, and the
+    // image's own entries stay.
     let out = sh(
         &sb,
         &img,
@@ -87,16 +89,20 @@ fn gpus_by_driver_discovery() {
     );
 
     // A writable container keeps the image's cache, which its own
-    // ldconfig (apt's, dnf's) must be able to replace.
+    // ldconfig (apt's, dnf's) must be able to replace: there the driver
+    // is found on LD_LIBRARY_PATH.
     let out = sh(
         &sb,
         &img,
         &["--gpus", "all", "--writable", "--fakeroot"],
-        "ldconfig && echo rebuilt",
+        "ldconfig && echo rebuilt $LD_LIBRARY_PATH && cuda-probe",
     )
     .ok()
     .stdout();
-    assert_eq!(out, "rebuilt\n");
+    assert!(
+        out.starts_with("rebuilt /.berth/lib\n") && out.contains("devices=2"),
+        "{out}"
+    );
 
     // One GPU, by index and by UUID: the container sees only that one.
     let out = sh(&sb, &img, &["--gpus", "1"], SHOW).ok().stdout();
@@ -266,11 +272,15 @@ fn dry_run_shows_the_plan_and_starts_nothing() {
         "{j}"
     );
     assert!(
-        j["env"]
-            .as_array()
-            .unwrap()
+        binds
             .iter()
-            .any(|e| e == "LD_LIBRARY_PATH=/.berth/lib"),
+            .any(|b| b["target"] == "/etc/ld.so.cache" && b["readonly"] == true),
+        "{j}"
+    );
+    assert!(
+        !j["env"].as_array().unwrap().iter().any(|e| e
+            .as_str()
+            .is_some_and(|e| e.starts_with("LD_LIBRARY_PATH="))),
         "{j}"
     );
     // Nothing ran: no keeper was started for the image.
@@ -282,8 +292,10 @@ fn dry_run_shows_the_plan_and_starts_nothing() {
 /// GPUs without --gpus, as enroot's NVIDIA hook gives them (Pyxis's
 /// env.bats 5-7): NVIDIA_VISIBLE_DEVICES of the caller, else of the image
 /// (every CUDA image sets `all`); `void` gives none; under Slurm the index
-/// is among the step's GPUs. On a node without a GPU the same image runs
-/// without one.
+/// is among the step's GPUs. NVIDIA_DRIVER_CAPABILITIES (the caller's,
+/// else the image's; unset: `utility`) says which parts of the driver
+/// come with them. On a node without a GPU the same image runs without
+/// one.
 #[test]
 #[cfg_attr(
     not(berth_it_env),
@@ -299,7 +311,9 @@ fn gpus_from_nvidia_visible_devices() {
     fs::create_dir_all(&ctx).unwrap();
     fs::write(
         ctx.join("Dockerfile"),
-        format!("FROM {probe_ref}\nENV NVIDIA_VISIBLE_DEVICES=all\n"),
+        format!(
+            "FROM {probe_ref}\nENV NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility\n"
+        ),
     )
     .unwrap();
     sb.chown_to_user(&ctx);
@@ -316,10 +330,47 @@ fn gpus_from_nvidia_visible_devices() {
     );
     let out = with(&[("NVIDIA_VISIBLE_DEVICES", "void")], "cuda-like").stdout();
     assert!(!out.contains("nvidia"), "{out}");
-    let out = with(&[("NVIDIA_VISIBLE_DEVICES", "1")], &probe_ref)
-        .ok()
-        .stdout();
+    let out = with(
+        &[
+            ("NVIDIA_VISIBLE_DEVICES", "1"),
+            ("NVIDIA_DRIVER_CAPABILITIES", "compute"),
+        ],
+        &probe_ref,
+    )
+    .ok()
+    .stdout();
     assert!(out.contains("devices=1") && lists(&out, "nvidia1"), "{out}");
+    // Without NVIDIA_DRIVER_CAPABILITIES: nvidia-smi and NVML, no CUDA
+    // driver. The device nodes come all the same.
+    let show_parts = "nvidia-smi | head -1; ls /.berth/lib; ls /dev | grep -c nvidia0; cuda-probe";
+    let mut c = sb.berth(&["run", &probe_ref, "/bin/sh", "-c", show_parts]);
+    c.env("NVIDIA_VISIBLE_DEVICES", "0");
+    let out = crate::harness::Out(c.output().unwrap());
+    assert_eq!(out.code(), 2, "{}", out.stderr());
+    assert_eq!(
+        out.stdout(),
+        "GPU 0: Fake GPU (UUID: GPU-fake-0000)\nlibnvidia-ml.so.1\n1\n",
+        "{}",
+        out.stderr()
+    );
+    assert!(
+        out.stderr().contains("dlopen libcuda.so.1"),
+        "{}",
+        out.stderr()
+    );
+    // The task's value wins over the image's; a word that is no
+    // capability is refused, and says which are.
+    let out = with(&[("NVIDIA_DRIVER_CAPABILITIES", "utility")], "cuda-like").ok();
+    assert!(out.stdout().contains("Fake GPU"), "{}", out.stdout());
+    assert!(
+        out.stderr().contains("dlopen libcuda.so.1"),
+        "{}",
+        out.stderr()
+    );
+    with(&[("NVIDIA_DRIVER_CAPABILITIES", "compute,gpu")], "cuda-like").fails(
+        125,
+        "NVIDIA_DRIVER_CAPABILITIES=compute,gpu: \"gpu\" is not a driver capability (known: all, compute, utility",
+    );
     // Slurm gave the step GPU 1: "all" and index 0 mean that one.
     let out = with(&[("SLURM_STEP_GPUS", "1")], "cuda-like").ok().stdout();
     assert!(out.contains("devices=1") && lists(&out, "nvidia1"), "{out}");

@@ -13,7 +13,7 @@ use crate::elf::{self, GlibcVersion};
 use crate::error::InjectError;
 use crate::host::HostPaths;
 use crate::ldcache;
-use crate::plan::{Library, Plan};
+use crate::plan::{Library, Lookup, Plan};
 
 /// A module's `[mpi]` table.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
@@ -130,6 +130,7 @@ pub fn inject_host_mpi(
                 name: n,
                 source: real.clone(),
                 origin: origin.clone(),
+                lookup: Lookup::Path,
             });
         }
         queue.push_back((real, Vec::new()));
@@ -150,6 +151,7 @@ pub fn inject_host_mpi(
                         name: need.clone(),
                         source: real.clone(),
                         origin: origin.clone(),
+                        lookup: Lookup::Path,
                     });
                     queue.push_back((real, Vec::new()));
                 }

@@ -8,7 +8,11 @@ use std::fs;
 use crate::error::InjectError;
 use crate::host::HostPaths;
 use crate::ldcache;
-use crate::plan::{EnvOp, Library, Mount, MountKind, Plan};
+use crate::plan::{EnvOp, Library, Lookup, Mount, MountKind, Plan};
+
+mod capabilities;
+
+pub use capabilities::Capabilities;
 
 /// Which GPUs a run gets.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,47 +55,6 @@ impl Selection {
         }
     }
 }
-
-/// Sonames (prefixes) of the NVIDIA driver's user-space libraries: what
-/// must match the kernel module, so what the host provides. CUDA's own
-/// runtime libraries (libcudart, cuBLAS) belong to the image.
-const NVIDIA_LIBS: &[&str] = &[
-    "libcuda.so",
-    "libcudadebugger.so",
-    "libnvidia-ml.so",
-    "libnvidia-ptxjitcompiler.so",
-    "libnvidia-nvvm.so",
-    "libnvidia-opencl.so",
-    "libnvidia-cfg.so",
-    "libnvidia-allocator.so",
-    "libnvidia-gpucomp.so",
-    "libnvidia-pkcs11",
-    "libnvcuvid.so",
-    "libnvidia-encode.so",
-    "libnvidia-opticalflow.so",
-    "libnvoptix.so",
-    "libnvidia-rtcore.so",
-    "libnvidia-ngx.so",
-    "libnvidia-fbc.so",
-    "libnvidia-tls.so",
-    "libnvidia-glcore.so",
-    "libnvidia-glsi.so",
-    "libnvidia-glvkspirv.so",
-    "libnvidia-eglcore.so",
-    "libGLX_nvidia.so",
-    "libEGL_nvidia.so",
-    "libGLESv2_nvidia.so",
-    "libGLESv1_CM_nvidia.so",
-];
-
-/// NVIDIA's host tools.
-const NVIDIA_PROGRAMS: &[&str] = &[
-    "nvidia-smi",
-    "nvidia-debugdump",
-    "nvidia-persistenced",
-    "nvidia-cuda-mps-control",
-    "nvidia-cuda-mps-server",
-];
 
 /// ROCm's driver-facing libraries.
 const AMD_LIBS: &[&str] = &[
@@ -154,12 +117,18 @@ pub fn from_environment(caller: &[(String, String)], image: &[(String, String)])
     Some(picked.join(","))
 }
 
-/// Adds the node's GPUs (NVIDIA first, else AMD) to `plan`.
-pub fn discover(sel: &Selection, host: &HostPaths, plan: &mut Plan) -> Result<(), InjectError> {
+/// Adds the node's GPUs (NVIDIA first, else AMD) to `plan`, with the
+/// parts of an NVIDIA driver that `caps` name.
+pub fn discover(
+    sel: &Selection,
+    caps: Capabilities,
+    host: &HostPaths,
+    plan: &mut Plan,
+) -> Result<(), InjectError> {
     let (nvidiactl, _) = host.device("nvidiactl");
     let (kfd, _) = host.device("kfd");
     if MountKind::of(&nvidiactl) == Some(MountKind::Device) {
-        nvidia(sel, host, plan)
+        nvidia(sel, caps, host, plan)
     } else if MountKind::of(&kfd) == Some(MountKind::Device) {
         amd(sel, host, plan)
     } else {
@@ -235,10 +204,13 @@ fn nvidia_uuids(host: &HostPaths) -> Vec<(String, u32)> {
         .collect()
 }
 
+/// The host's native libraries whose sonames start with one of
+/// `prefixes`, from its loader cache, found by the container's loader as
+/// `lookup` says.
 fn libraries(
     host: &HostPaths,
     prefixes: &[&str],
-    origin: &str,
+    (origin, lookup): (&str, Lookup),
     plan: &mut Plan,
 ) -> Result<(), InjectError> {
     let entries = ldcache::read(&host.ld_cache).map_err(|e| InjectError::Gpu {
@@ -259,6 +231,7 @@ fn libraries(
             name: e.soname.clone(),
             source: real,
             origin: origin.to_string(),
+            lookup,
         });
     }
     Ok(())
@@ -271,12 +244,18 @@ fn programs(host: &HostPaths, names: &[&str], origin: &str, plan: &mut Plan) {
                 name: name.to_string(),
                 source: fs::canonicalize(&p).unwrap_or(p),
                 origin: origin.to_string(),
+                lookup: Lookup::Path,
             });
         }
     }
 }
 
-fn nvidia(sel: &Selection, host: &HostPaths, plan: &mut Plan) -> Result<(), InjectError> {
+fn nvidia(
+    sel: &Selection,
+    caps: Capabilities,
+    host: &HostPaths,
+    plan: &mut Plan,
+) -> Result<(), InjectError> {
     let origin = "gpu:nvidia";
     let gpus = numbered(host, "", "nvidia");
     let chosen: Vec<String> = match sel {
@@ -351,18 +330,22 @@ fn nvidia(sel: &Selection, host: &HostPaths, plan: &mut Plan) -> Result<(), Inje
     for (_, rel) in numbered(host, "nvidia-caps", "nvidia-cap") {
         device(host, &rel, origin, plan);
     }
-    libraries(host, NVIDIA_LIBS, origin, plan)?;
-    if !plan
-        .libraries
-        .iter()
-        .any(|l| l.name.starts_with("libcuda.so"))
+    // The driver goes into the loader cache, as NVIDIA's toolkit puts it:
+    // no image ships it, and LD_LIBRARY_PATH stays the image's and the
+    // task's.
+    libraries(host, &caps.libraries(), (origin, Lookup::Cache), plan)?;
+    if caps.compute()
+        && !plan
+            .libraries
+            .iter()
+            .any(|l| l.name.starts_with("libcuda.so"))
     {
         plan.warnings.push(format!(
             "{origin}: no libcuda in the host's loader cache {}: CUDA programs will not find the driver",
             host.ld_cache.display()
         ));
     }
-    programs(host, NVIDIA_PROGRAMS, origin, plan);
+    programs(host, &caps.programs(), origin, plan);
     plan.env("NVIDIA_VISIBLE_DEVICES", &sel.as_env(), EnvOp::Set, origin);
     plan.applied.push(origin.to_string());
     Ok(())
@@ -401,7 +384,9 @@ fn amd(sel: &Selection, host: &HostPaths, plan: &mut Plan) -> Result<(), InjectE
     for rel in &chosen {
         device(host, rel, origin, plan);
     }
-    libraries(host, AMD_LIBS, origin, plan)?;
+    // ROCm's runtime is in ROCm images too, under /opt/rocm: the host's
+    // must come first.
+    libraries(host, AMD_LIBS, (origin, Lookup::Path), plan)?;
     programs(host, AMD_PROGRAMS, origin, plan);
     if let Selection::List(_) = sel {
         plan.env("ROCR_VISIBLE_DEVICES", &sel.as_env(), EnvOp::Set, origin);
@@ -417,7 +402,9 @@ pub const CDI_KINDS: &[&str] = &["nvidia.com/gpu", "amd.com/gpu"];
 mod environment_tests {
     use super::from_environment;
 
-    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    /// An environment of `pairs` (for this module's tests, and its
+    /// children's).
+    pub(super) fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -471,9 +458,14 @@ mod tests {
             dev_dir: PathBuf::from("/nonexistent-dev"),
             ..HostPaths::default()
         };
-        let err = discover(&Selection::All, &host, &mut Plan::default())
-            .unwrap_err()
-            .to_string();
+        let err = discover(
+            &Selection::All,
+            Capabilities::ALL,
+            &host,
+            &mut Plan::default(),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             err.contains("/nonexistent-dev/nvidiactl") && err.contains("nvidia-ctk"),
             "{err}"

@@ -5,11 +5,16 @@
 //! program that clears `LD_LIBRARY_PATH` still loads them. The cache is
 //! written once per image and set of libraries under berth's runtime
 //! directory, named by what it is made of.
+//!
+//! Where the image ships a CUDA driver of a later branch than the node's
+//! ([`berth_inject::gpu::compat`]), the cache names the image's copies of
+//! the driver's libraries instead of the node's.
 
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 
 use berth_image::store::StoredImage;
+use berth_inject::gpu::compat::{self, DriverVersion};
 use berth_inject::ldcache::write;
 use berth_inject::plan::{Library, LIB_DIR};
 use berth_inject::Plan;
@@ -23,7 +28,7 @@ const MAX_CACHE: u64 = 64 << 20;
 
 /// Changes when what [`write::with_libraries`] writes changes, so that a
 /// cache written by an older berth is not taken.
-const FORMAT: u32 = 2;
+const FORMAT: u32 = 3;
 
 /// Adds the bind of the image's cache with every injected library: to
 /// the run's own binds where the run asks for libraries, else to every
@@ -69,7 +74,8 @@ fn bind(image: &StoredImage, libraries: &[&Library]) -> Option<Bind> {
         .collect();
     libs.sort();
     libs.dedup();
-    let made = cached(image, &libs)
+    let host_driver = DriverVersion::of_host(libraries);
+    let made = cached(image, &libs, host_driver)
         .inspect_err(|e| tracing::debug!("no loader cache with the injected libraries: {e}"))
         .ok()??;
     Some(Bind {
@@ -82,12 +88,24 @@ fn bind(image: &StoredImage, libraries: &[&Library]) -> Option<Bind> {
     })
 }
 
-/// The cache file for `image` and `libs`, written if missing; `None`
-/// where the image has none (remembered by an empty marker file).
-fn cached(image: &StoredImage, libs: &[(String, String)]) -> std::io::Result<Option<PathBuf>> {
+/// The cache file for `image` and `libs` (beside a node's driver of
+/// version `host_driver`), written if missing; `None` where the image has
+/// none (remembered by an empty marker file).
+fn cached(
+    image: &StoredImage,
+    libs: &[(String, String)],
+    host_driver: Option<DriverVersion>,
+) -> std::io::Result<Option<PathBuf>> {
     let mut h = std::hash::DefaultHasher::new();
     let made_by = (FORMAT, env!("CARGO_PKG_VERSION"));
-    (made_by, &image.record.id, libs, write::native_flags()).hash(&mut h);
+    (
+        made_by,
+        &image.record.id,
+        libs,
+        host_driver,
+        write::native_flags(),
+    )
+        .hash(&mut h);
     let dir = berth_runtime::node::state_dir()
         .map_err(std::io::Error::other)?
         .join("ldcache");
@@ -113,7 +131,11 @@ fn cached(image: &StoredImage, libs: &[(String, String)]) -> std::io::Result<Opt
         std::fs::write(&none, b"")?;
         return Ok(None);
     };
-    let out = write::with_libraries(&bytes, libs).map_err(std::io::Error::other)?;
+    let libs = match host_driver {
+        Some(host) => with_image_driver(&squashfs, libs, host)?,
+        None => libs.to_vec(),
+    };
+    let out = write::with_libraries(&bytes, &libs).map_err(std::io::Error::other)?;
     // Readable by every id of the container (a service's own user, the
     // subordinate ids of --fakeroot), whatever the umask.
     let nanos = std::time::SystemTime::now()
@@ -137,4 +159,35 @@ fn cached(image: &StoredImage, libs: &[(String, String)]) -> std::io::Result<Opt
         let _ = std::fs::remove_file(&tmp);
     }
     written.map(|()| Some(path))
+}
+
+/// `libs`, with each library the image's forward-compatible CUDA driver
+/// has taken from there instead, where that driver is of a later branch
+/// than `host`'s.
+fn with_image_driver(
+    squashfs: &berth_squashfs::Image,
+    libs: &[(String, String)],
+    host: DriverVersion,
+) -> std::io::Result<Vec<(String, String)>> {
+    let names: Vec<String> = squashfs
+        .read_dir_names(compat::COMPAT_DIR)
+        .map_err(std::io::Error::other)?
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|n| String::from_utf8(n).ok())
+        .collect();
+    let Some(newer) = compat::newer_than(host, &names) else {
+        return Ok(libs.to_vec());
+    };
+    tracing::debug!(
+        "the image's CUDA driver {newer} in {} is newer than this node's {host}: its libraries are used",
+        compat::COMPAT_DIR
+    );
+    Ok(libs
+        .iter()
+        .map(|(name, path)| match names.contains(name) {
+            true => (name.clone(), format!("{}/{name}", compat::COMPAT_DIR)),
+            false => (name.clone(), path.clone()),
+        })
+        .collect())
 }

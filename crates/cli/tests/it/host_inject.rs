@@ -389,3 +389,49 @@ fn gpus_from_nvidia_visible_devices() {
         out.stderr()
     );
 }
+
+/// CUDA forward compatibility, as NVIDIA's toolkit gives it: an image that
+/// ships a driver of a later branch than the node's in
+/// /usr/local/cuda/compat (NGC images do) loads that one; an image whose
+/// copy is of the node's branch or older loads the node's.
+#[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
+fn cuda_forward_compatibility() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    site(&sb, "cdi-empty");
+    let probe_ref = probe(&sb);
+    // The fake driver is 999.99; the images ship it again under another
+    // version, with the soname link cuda-compat packages have.
+    for (tag, version) in [("compat-newer", "1000.1"), ("compat-older", "998.1")] {
+        let ctx = sb.dir.path().join(tag);
+        let compat = ctx.join("compat");
+        fs::create_dir_all(&compat).unwrap();
+        let file = format!("libcuda.so.{version}");
+        fs::copy(fake(&sb).join("lib/libcuda.so.999.99"), compat.join(&file)).unwrap();
+        std::os::unix::fs::symlink(&file, compat.join("libcuda.so.1")).unwrap();
+        fs::write(
+            ctx.join("Dockerfile"),
+            format!("FROM {probe_ref}\nCOPY compat /usr/local/cuda/compat\n"),
+        )
+        .unwrap();
+        sb.chown_to_user(&ctx);
+        sb.build(tag, &ctx).ok();
+    }
+    let from = |image: &str| {
+        let out = sh(&sb, image, &["--gpus", "all"], "cuda-probe")
+            .ok()
+            .stdout();
+        assert!(out.contains("devices=2"), "{out}");
+        out.rsplit("libcuda=")
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_string()
+    };
+    assert_eq!(from("compat-newer"), "/usr/local/cuda/compat/libcuda.so.1");
+    assert_eq!(from("compat-older"), "/.berth/lib/libcuda.so.1");
+}

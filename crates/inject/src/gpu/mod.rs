@@ -11,6 +11,7 @@ use crate::ldcache;
 use crate::plan::{EnvOp, Library, Lookup, Mount, MountKind, Plan};
 
 mod capabilities;
+pub mod compat;
 
 pub use capabilities::Capabilities;
 

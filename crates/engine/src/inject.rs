@@ -13,6 +13,7 @@ use berth_inject::plan::MountKind;
 use berth_inject::{HostPaths, Plan, Site};
 use berth_runtime::hooks::Hook;
 use berth_runtime::rootfs::Bind;
+use berth_runtime::semantics::UserRequest;
 use berth_runtime::Preflight;
 
 use crate::error::{Error, Result};
@@ -71,7 +72,7 @@ type Env = [(String, String)];
 /// environment and the image's ENV, where GPUs are asked for without
 /// `--gpus` as enroot's hook reads them
 /// ([`berth_inject::gpu::from_environment`]), and the parts of the driver
-/// they come with ([`Capabilities::from_environment`]).
+/// they come with ([`berth_inject::gpu::Asked::from_environment`]).
 pub fn plans(
     config: &Config,
     req: &RunRequest,
@@ -91,10 +92,7 @@ pub fn plans(
             Capabilities::ENROOT_DEFAULT,
         ),
     };
-    let gpu_capabilities = match &gpus {
-        Some(_) => Capabilities::from_environment(env.0, env.1)?.unwrap_or(unset),
-        None => unset,
-    };
+    let gpu_capabilities = berth_inject::gpu::Asked::from_environment(env.0, env.1, unset);
     let request = berth_inject::Request {
         gpus: gpus
             .as_deref()
@@ -109,6 +107,24 @@ pub fn plans(
         has_bind_mounts: !req.volumes.is_empty(),
     };
     Ok((site.always()?, site.requested(&request)?))
+}
+
+/// The variables `-e` and `--env-file` name, with the values `container`
+/// (the container's environment) gives them: where berth reads a variable
+/// itself (the GPUs, the driver's parts), they win over the task's and
+/// the image's, as in Docker.
+pub fn set_by_user(user: &UserRequest, container: &Env) -> Vec<(String, String)> {
+    let names: Vec<&str> = user
+        .env
+        .iter()
+        .chain(&user.env_files)
+        .map(|e| e.split_once('=').map_or(e.as_str(), |(k, _)| k))
+        .collect();
+    container
+        .iter()
+        .filter(|(k, _)| names.contains(&k.as_str()))
+        .cloned()
+        .collect()
 }
 
 /// A plan's binds as the runtime's.

@@ -21,7 +21,7 @@ use berth_inject::Plan;
 use berth_runtime::rootfs::Bind;
 
 /// Where the image's cache is.
-const TARGET: &str = "/etc/ld.so.cache";
+pub const TARGET: &str = "/etc/ld.so.cache";
 
 /// The largest image cache read.
 const MAX_CACHE: u64 = 64 << 20;

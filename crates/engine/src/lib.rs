@@ -219,15 +219,22 @@ pub fn prepare(
     // prepared once, with the user's other common binds) and what this run
     // asks for.
     let annotations = inject::annotations(&req.annotations)?;
+    // The GPU variables as -e and --env-file set them, else the task's.
+    let asked_env: Vec<(String, String)> = inject::set_by_user(&user, &env)
+        .into_iter()
+        .chain(caller.env.iter().cloned())
+        .collect();
     let (always, requested) = inject::plans(
         config,
         req,
         &argv[0],
         &annotations,
-        (&caller.env, &image_env),
+        (&asked_env, &image_env),
     )?;
     // A read-only root gets the image's loader cache with the injected
-    // libraries, bound over the image's.
+    // libraries, bound over the image's. Whether the container has it: a
+    // run that joins a running container finds that container's binds,
+    // not its own.
     let (mut site_always, mut injected) = (inject::binds(&always), inject::binds(&requested));
     let layered = req.writable || req.overlay.is_some() || req.kept_name().is_some();
     let in_cache = !layered
@@ -236,7 +243,12 @@ pub fn prepare(
             img,
             (&always, &mut site_always),
             (&requested, &mut injected),
-        );
+        )
+        && attached.is_none()
+        && !req
+            .umount
+            .iter()
+            .any(|u| u.trim_end_matches('/') == ld_cache::TARGET);
     // The rest of an environment: the launcher's variables, the unset
     // names gone, the host resources' variables.
     let finish = |mut e: Vec<(String, String)>, launcher: &[(String, String)]| {

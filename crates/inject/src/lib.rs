@@ -14,7 +14,9 @@
 //!   `berth run --dry-run`.
 //!
 //! Injected libraries are bound into one directory, [`plan::LIB_DIR`],
-//! which goes first on `LD_LIBRARY_PATH`, and are added to the image's
+//! which goes first on `LD_LIBRARY_PATH` where a library must win over
+//! the image's (a GPU driver goes there only where the run has no loader
+//! cache of berth's: [`plan::Lookup`]), and are added to the image's
 //! loader cache: [`ldcache::write`] writes a copy of the image's
 //! `/etc/ld.so.cache` with their entries, which the run binds read-only
 //! over it (for `ldconfig -p`, Python's `ctypes.util.find_library`, and
@@ -52,7 +54,7 @@ pub struct Request {
     pub gpus: Option<gpu::Selection>,
     /// The parts of an NVIDIA driver the GPUs come with, where berth finds
     /// the driver itself (a CDI spec says its own).
-    pub gpu_capabilities: gpu::Capabilities,
+    pub gpu_capabilities: gpu::Asked,
     /// `--device`: CDI names or host device paths (`SRC[:DST]`).
     pub devices: Vec<String>,
     /// `--module`.
@@ -125,7 +127,7 @@ impl Site {
                     let names = gpu_cdi_names(r, kind, sel);
                     r.apply(&names, &mut plan)?;
                 }
-                None => gpu::discover(sel, req.gpu_capabilities, &self.host, &mut plan)?,
+                None => gpu::discover(sel, &req.gpu_capabilities, &self.host, &mut plan)?,
             }
             for m in self.modules.iter().filter(|m| m.def.when == When::Gpus) {
                 m.apply(&mut plan, &self.host, true)?;

@@ -435,3 +435,67 @@ fn cuda_forward_compatibility() {
     assert_eq!(from("compat-newer"), "/usr/local/cuda/compat/libcuda.so.1");
     assert_eq!(from("compat-older"), "/.berth/lib/libcuda.so.1");
 }
+
+/// `-e NVIDIA_DRIVER_CAPABILITIES` wins over the task's and the image's
+/// value, as in Docker; and a run that joins a running container whose
+/// root is writable (no loader cache of berth's there) still finds the
+/// driver, on LD_LIBRARY_PATH.
+#[test]
+#[cfg_attr(
+    not(berth_it_env),
+    ignore = "needs the test fixtures: sudo bash tests/setup/setup.sh"
+)]
+fn gpu_variables_from_e_and_joined_containers() {
+    let env = need_env!();
+    let sb = Sandbox::new(env);
+    site(&sb, "cdi-empty");
+    let img = probe(&sb);
+    let mut c = sb.berth(&[
+        "run",
+        "-e",
+        "NVIDIA_DRIVER_CAPABILITIES=utility",
+        "--gpus",
+        "all",
+        &img,
+        "sh",
+        "-c",
+        "ls /.berth/lib",
+    ]);
+    c.env("NVIDIA_DRIVER_CAPABILITIES", "compute,utility");
+    let out = crate::harness::Out(c.output().unwrap()).ok();
+    assert_eq!(out.stdout(), "libnvidia-ml.so.1\n");
+
+    let mut holder = sb
+        .berth(&[
+            "run",
+            "--shared",
+            "gk",
+            "--writable",
+            "--gpus",
+            "all",
+            &img,
+            "sleep",
+            "20",
+        ])
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !sb.run(&["ps"]).stdout().contains("gk") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the shared container did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = sh(
+        &sb,
+        &img,
+        &["--shared", "gk", "--reuse", "any", "--gpus", "all"],
+        "cuda-probe",
+    )
+    .ok()
+    .stdout();
+    assert!(out.contains("devices=2"), "{out}");
+    let _ = holder.kill();
+    let _ = holder.wait();
+}

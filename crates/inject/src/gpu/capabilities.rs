@@ -101,6 +101,46 @@ impl Capability {
     }
 }
 
+/// `NVIDIA_DRIVER_CAPABILITIES` as a run asks: read only where berth
+/// finds an NVIDIA driver itself (a CDI spec names its own libraries, and
+/// AMD has no such variable), so that a value there is no error elsewhere.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Asked {
+    /// The variable's value, where set.
+    pub value: Option<String>,
+    /// What an unset or empty variable gives.
+    pub unset: Capabilities,
+}
+
+impl Asked {
+    /// The variable of `caller` (the task's environment), else of `image`
+    /// (its ENV: CUDA images set `compute,utility`), with `unset` where
+    /// neither sets it.
+    pub fn from_environment(
+        caller: &[(String, String)],
+        image: &[(String, String)],
+        unset: Capabilities,
+    ) -> Asked {
+        let get = |env: &[(String, String)]| {
+            env.iter()
+                .find(|(n, _)| n == "NVIDIA_DRIVER_CAPABILITIES")
+                .map(|(_, v)| v.clone())
+        };
+        Asked {
+            value: get(caller).or_else(|| get(image)),
+            unset,
+        }
+    }
+
+    /// The capabilities asked for; an error for a word that names none.
+    pub fn resolve(&self) -> Result<Capabilities, InjectError> {
+        match &self.value {
+            Some(v) => Ok(Capabilities::parse(v)?.unwrap_or(self.unset)),
+            None => Ok(self.unset),
+        }
+    }
+}
+
 /// A set of driver capabilities.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Capabilities(u8);
@@ -142,24 +182,6 @@ impl Capabilities {
             bits |= cap.bit();
         }
         Ok((bits != 0).then_some(Capabilities(bits)))
-    }
-
-    /// `NVIDIA_DRIVER_CAPABILITIES` of `caller` (the task's environment),
-    /// else of `image` (its ENV: CUDA images set `compute,utility`);
-    /// `None` where neither sets it.
-    pub fn from_environment(
-        caller: &[(String, String)],
-        image: &[(String, String)],
-    ) -> Result<Option<Capabilities>, InjectError> {
-        let get = |env: &[(String, String)]| {
-            env.iter()
-                .find(|(n, _)| n == "NVIDIA_DRIVER_CAPABILITIES")
-                .map(|(_, v)| v.clone())
-        };
-        match get(caller).or_else(|| get(image)) {
-            Some(v) => Capabilities::parse(&v),
-            None => Ok(None),
-        }
     }
 
     fn each(self) -> impl Iterator<Item = Capability> {
@@ -241,12 +263,22 @@ mod tests {
         let image = env(&[("NVIDIA_DRIVER_CAPABILITIES", "compute,utility")]);
         let task = env(&[("NVIDIA_DRIVER_CAPABILITIES", "video")]);
         let got = |c: &[(String, String)], i: &[(String, String)]| {
-            Capabilities::from_environment(c, i)
+            Asked::from_environment(c, i, Capabilities::ENROOT_DEFAULT)
+                .resolve()
                 .unwrap()
-                .map(Capabilities::as_env)
+                .as_env()
         };
-        assert_eq!(got(&[], &image).as_deref(), Some("compute,utility"));
-        assert_eq!(got(&task, &image).as_deref(), Some("video"));
-        assert_eq!(got(&[], &[]), None);
+        assert_eq!(got(&[], &image), "compute,utility");
+        assert_eq!(got(&task, &image), "video");
+        assert_eq!(got(&[], &[]), "utility");
+        let empty = env(&[("NVIDIA_DRIVER_CAPABILITIES", "")]);
+        assert_eq!(got(&empty, &image), "utility");
+        // A bad value is an error only once it is read.
+        let bad = Asked::from_environment(
+            &env(&[("NVIDIA_DRIVER_CAPABILITIES", "gpu")]),
+            &[],
+            Capabilities::ALL,
+        );
+        assert!(bad.resolve().is_err());
     }
 }

@@ -13,7 +13,7 @@ use crate::plan::{EnvOp, Library, Lookup, Mount, MountKind, Plan};
 mod capabilities;
 pub mod compat;
 
-pub use capabilities::Capabilities;
+pub use capabilities::{Asked, Capabilities};
 
 /// Which GPUs a run gets.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,17 +119,17 @@ pub fn from_environment(caller: &[(String, String)], image: &[(String, String)])
 }
 
 /// Adds the node's GPUs (NVIDIA first, else AMD) to `plan`, with the
-/// parts of an NVIDIA driver that `caps` name.
+/// parts of an NVIDIA driver that `caps` ask for.
 pub fn discover(
     sel: &Selection,
-    caps: Capabilities,
+    caps: &Asked,
     host: &HostPaths,
     plan: &mut Plan,
 ) -> Result<(), InjectError> {
     let (nvidiactl, _) = host.device("nvidiactl");
     let (kfd, _) = host.device("kfd");
     if MountKind::of(&nvidiactl) == Some(MountKind::Device) {
-        nvidia(sel, caps, host, plan)
+        nvidia(sel, caps.resolve()?, host, plan)
     } else if MountKind::of(&kfd) == Some(MountKind::Device) {
         amd(sel, host, plan)
     } else {
@@ -461,7 +461,7 @@ mod tests {
         };
         let err = discover(
             &Selection::All,
-            Capabilities::ALL,
+            &Asked::default(),
             &host,
             &mut Plan::default(),
         )

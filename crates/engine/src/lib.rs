@@ -231,31 +231,25 @@ pub fn prepare(
         &annotations,
         (&asked_env, &image_env),
     )?;
-    // A read-only root gets the image's loader cache with the injected
-    // libraries, bound over the image's. Whether the container has it: a
-    // run that joins a running container finds that container's binds,
-    // not its own.
+    // The image's loader cache with the injected libraries: bound over
+    // the image's, or in a layer above it for a writable root. Whether the
+    // container has it: a run that joins a running container finds that
+    // container's root, not its own.
     let (mut site_always, mut injected) = (inject::binds(&always), inject::binds(&requested));
-    let layered = req.writable || req.overlay.is_some() || req.kept_name().is_some();
-    let in_cache = !layered
-        && req.save.is_none()
-        && ld_cache::add(
-            img,
-            (&always, &mut site_always),
-            (&requested, &mut injected),
-        )
-        && attached.is_none()
-        && !req
-            .umount
-            .iter()
-            .any(|u| u.trim_end_matches('/') == ld_cache::TARGET);
+    let placed = ld_cache::place(
+        img,
+        ld_cache::Root::of(req, attached.is_some()),
+        (&always, &mut site_always),
+        (&requested, &mut injected),
+    );
+    let loader = placed.loader();
     // The rest of an environment: the launcher's variables, the unset
     // names gone, the host resources' variables.
     let finish = |mut e: Vec<(String, String)>, launcher: &[(String, String)]| {
         e.extend(launcher.iter().cloned());
         e.retain(|(k, _)| !req.unset_env.contains(k));
-        always.apply_env(&mut e, in_cache);
-        requested.apply_env(&mut e, in_cache);
+        always.apply_env(&mut e, loader);
+        requested.apply_env(&mut e, loader);
         e
     };
     let env = finish(env, &launcher);
@@ -447,6 +441,7 @@ pub fn prepare(
         extra_binds: run_binds.extra,
         writable,
         overlay: persistent,
+        loader_cache: placed.layer,
         // Real root always gets a PID namespace: its CAP_KILL then reaches
         // the container's processes only.
         pid_ns: req.pid || mode == IdMode::HostRoot,

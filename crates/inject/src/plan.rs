@@ -97,6 +97,18 @@ pub enum Lookup {
     Cache,
 }
 
+/// What the container's loader finds besides `LD_LIBRARY_PATH`, which
+/// decides what goes there ([`Plan::apply_env`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Loader<'a> {
+    /// The run's loader cache lists the injected libraries.
+    pub in_cache: bool,
+    /// A directory searched before [`LIB_DIR`] wherever that goes on
+    /// `LD_LIBRARY_PATH` (the image's forward-compatible CUDA driver,
+    /// which the cache names over the node's).
+    pub before: Option<&'a str>,
+}
+
 /// One host library, bound into [`LIB_DIR`] under `name`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Library {
@@ -253,8 +265,9 @@ impl Plan {
     /// first on `LD_LIBRARY_PATH` and [`BIN_DIR`] first on `PATH` when
     /// anything landed there. [`LIB_DIR`] goes on `LD_LIBRARY_PATH` for
     /// a library of [`Lookup::Path`], and for one of [`Lookup::Cache`]
-    /// unless `in_cache` (the run's loader cache lists the libraries).
-    pub fn apply_env(&self, env: &mut Vec<(String, String)>, in_cache: bool) {
+    /// unless the run's loader cache lists the libraries; `loader.before`
+    /// goes before it.
+    pub fn apply_env(&self, env: &mut Vec<(String, String)>, loader: Loader) {
         for e in &self.env {
             edit(env, &e.name, &e.value, e.op);
         }
@@ -262,8 +275,9 @@ impl Plan {
         if self
             .libraries
             .iter()
-            .any(|l| l.lookup == Lookup::Path || !in_cache)
+            .any(|l| l.lookup == Lookup::Path || !loader.in_cache)
         {
+            lib_path.extend(loader.before);
             lib_path.push(LIB_DIR);
         }
         lib_path.extend(self.library_dirs.iter().map(String::as_str));
@@ -313,7 +327,13 @@ mod tests {
         p.env("NEW", "/a", EnvOp::Append, "m");
         p.library(lib("libcuda.so.1", "/usr/lib/libcuda.so.550"));
         p.program(lib("nvidia-smi", "/usr/bin/nvidia-smi"));
-        p.apply_env(&mut env, true);
+        p.apply_env(
+            &mut env,
+            Loader {
+                in_cache: true,
+                before: None,
+            },
+        );
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("FI_PROVIDER"), Some("cxi"));
         assert_eq!(
@@ -335,17 +355,27 @@ mod tests {
             lookup: Lookup::Cache,
             ..lib("libcuda.so.1", "/usr/lib/libcuda.so.550")
         });
-        let ld_path = |p: &Plan, in_cache| {
+        let ld_path = |p: &Plan, in_cache, before| {
             let mut env = image.clone();
-            p.apply_env(&mut env, in_cache);
+            p.apply_env(&mut env, Loader { in_cache, before });
             env[0].1.clone()
         };
-        assert_eq!(ld_path(&p, true), "/usr/local/nvidia/lib");
-        // Without a cache of the run's (a writable root) it must be on the path.
-        assert_eq!(ld_path(&p, false), "/.berth/lib:/usr/local/nvidia/lib");
+        let compat = Some("/usr/local/cuda/compat");
+        assert_eq!(ld_path(&p, true, None), "/usr/local/nvidia/lib");
+        assert_eq!(ld_path(&p, true, compat), "/usr/local/nvidia/lib");
+        // Without a cache of the run's (a joined container) it must be on
+        // the path, after the image's newer driver where there is one.
+        assert_eq!(
+            ld_path(&p, false, None),
+            "/.berth/lib:/usr/local/nvidia/lib"
+        );
+        assert_eq!(
+            ld_path(&p, false, compat),
+            "/usr/local/cuda/compat:/.berth/lib:/usr/local/nvidia/lib"
+        );
         // A library that must win over the image's puts it there anyway.
         p.library(lib("libmpi.so.12", "/opt/mpich/lib/libmpi.so.12"));
-        assert_eq!(ld_path(&p, true), "/.berth/lib:/usr/local/nvidia/lib");
+        assert_eq!(ld_path(&p, true, None), "/.berth/lib:/usr/local/nvidia/lib");
     }
 
     #[test]

@@ -88,19 +88,34 @@ fn gpus_by_driver_discovery() {
         "{out}"
     );
 
-    // A writable container keeps the image's cache, which its own
-    // ldconfig (apt's, dnf's) must be able to replace: there the driver
-    // is found on LD_LIBRARY_PATH.
+    // A writable container: the cache lies in a layer above the image,
+    // where the image's ldconfig (apt's, dnf's) can replace it, and the
+    // cache that ldconfig writes keeps the driver (its directory is named
+    // in /etc/ld.so.conf.d). LD_LIBRARY_PATH stays as it was.
+    const LISTED: &str =
+        "ldconfig -p | grep -c 'libcuda.so.1 (libc6,x86-64) => /.berth/lib/libcuda.so.1'";
     let out = sh(
         &sb,
         &img,
         &["--gpus", "all", "--writable", "--fakeroot"],
-        "ldconfig && echo rebuilt $LD_LIBRARY_PATH && cuda-probe",
+        &format!("{LISTED}; ldconfig && echo rebuilt \"$LD_LIBRARY_PATH\"; {LISTED}; cuda-probe"),
     )
     .ok()
     .stdout();
     assert!(
-        out.starts_with("rebuilt /.berth/lib\n") && out.contains("devices=2"),
+        out.starts_with("1\nrebuilt \n1\n") && out.contains("devices=2"),
+        "{out}"
+    );
+    let out = sh(
+        &sb,
+        &img,
+        &["--gpus", "all", "--writable"],
+        &format!("{LISTED}; echo \"[$LD_LIBRARY_PATH]\"; cuda-probe"),
+    )
+    .ok()
+    .stdout();
+    assert!(
+        out.starts_with("1\n[]\n") && out.contains("devices=2"),
         "{out}"
     );
 
@@ -434,6 +449,34 @@ fn cuda_forward_compatibility() {
     };
     assert_eq!(from("compat-newer"), "/usr/local/cuda/compat/libcuda.so.1");
     assert_eq!(from("compat-older"), "/.berth/lib/libcuda.so.1");
+    // A writable root's cache names it too; where the driver goes on
+    // LD_LIBRARY_PATH (here: the cache left out), the image's directory
+    // goes before the node's.
+    let out = sh(
+        &sb,
+        "compat-newer",
+        &["--gpus", "all", "--writable"],
+        "cuda-probe",
+    )
+    .ok()
+    .stdout();
+    assert!(
+        out.contains("libcuda=/usr/local/cuda/compat/libcuda.so.1"),
+        "{out}"
+    );
+    let out = sh(
+        &sb,
+        "compat-newer",
+        &["--gpus", "all", "--umount", "/etc/ld.so.cache"],
+        "echo \"$LD_LIBRARY_PATH\"; cuda-probe",
+    )
+    .ok()
+    .stdout();
+    assert!(
+        out.starts_with("/usr/local/cuda/compat:/.berth/lib\n")
+            && out.contains("libcuda=/usr/local/cuda/compat/libcuda.so.1"),
+        "{out}"
+    );
 }
 
 /// `-e NVIDIA_DRIVER_CAPABILITIES` wins over the task's and the image's

@@ -29,7 +29,9 @@ impl DriverVersion {
             Some(p) => p?,
             None => 0,
         };
-        if parts.next().is_some() {
+        // Driver branches are numbered from 100 up: `libcuda.so.1.1` (WSL's
+        // file) names none.
+        if parts.next().is_some() || major < 100 {
             return None;
         }
         Some(DriverVersion(major, minor, patch))
@@ -87,6 +89,7 @@ mod tests {
             "libcuda.so.5.x",
             "libnvidia-ml.so.535.104.05",
             "libcuda.so.1.2.3.4",
+            "libcuda.so.1.1",
         ] {
             assert_eq!(DriverVersion::of_file(not), None, "{not}");
         }

@@ -164,6 +164,10 @@ pub struct RunSpec {
     /// `--overlay DIR[:ro]`: a persistent layer on the host.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub overlay: Option<rootfs::PersistentOverlay>,
+    /// A writable root's loader cache with the injected libraries, in a
+    /// layer above the image (a read-only root has it among its binds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loader_cache: Option<rootfs::LoaderCache>,
     /// Own PID namespace with a reaping init.
     pub pid_ns: bool,
     /// Empty network namespace.
@@ -446,6 +450,7 @@ pub fn build(
         persistent: spec.overlay.as_ref(),
         user_xattr: spec.identity.mode.has_user_namespace(),
         apt_hint: spec.process.root_emulation.wanted(),
+        loader_cache: spec.loader_cache.as_ref(),
         overlay: spec.root_overlay,
     };
     let base = match prepared {

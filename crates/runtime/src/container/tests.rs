@@ -49,6 +49,7 @@ fn spec(template: bool, extra: &[&str]) -> RunSpec {
         extra_binds: extra.iter().map(|t| bind(t)).collect(),
         writable: false,
         overlay: None,
+        loader_cache: None,
         pid_ns: false,
         net_none: false,
         ipc_ns: false,

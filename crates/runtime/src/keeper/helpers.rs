@@ -79,6 +79,7 @@ pub(super) fn start_prepared_root(
                         user_xattr: true,
                         // Joined runs that emulate root do not write.
                         apt_hint: false,
+                        loader_cache: None,
                         overlay: berth_config::RootOverlay::from_env(),
                     },
                     fresh_proc: false,

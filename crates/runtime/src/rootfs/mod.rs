@@ -33,6 +33,7 @@ mod confine;
 mod dev;
 pub mod fuse_overlay;
 mod identity;
+mod loader_cache;
 pub(crate) mod mounts;
 mod options;
 mod persistent;
@@ -41,6 +42,7 @@ mod tests;
 mod underlay;
 
 pub use identity::IDENTITY_FILE_MAX;
+pub use loader_cache::LoaderCache;
 pub use mounts::{resolve_target, submounts, TargetKind};
 pub use options::{MountOptions, Propagation, TMPFS_OPTIONS};
 pub use persistent::PersistentOverlay;
@@ -102,6 +104,9 @@ pub enum Layers<'a> {
         /// ([`crate::seccomp::root_emulation::APT_HINT_PATH`]) sits in a
         /// layer of its own above the image, never in the upper layer.
         apt_hint: bool,
+        /// A writable root's loader cache, in the same layer
+        /// ([`loader_cache`]).
+        loader_cache: Option<&'a LoaderCache>,
         /// Kernel overlayfs, or a binds-only root where the kernel refuses
         /// it or the site chose so ([`underlay`]).
         overlay: RootOverlay,
@@ -297,6 +302,7 @@ fn base<'a>(k: &dyn Kernel, layers: Layers<'a>) -> Result<(PathBuf, Option<(&'a 
             persistent,
             user_xattr,
             apt_hint,
+            loader_cache,
             writable,
             overlay,
         } => {
@@ -324,16 +330,30 @@ fn base<'a>(k: &dyn Kernel, layers: Layers<'a>) -> Result<(PathBuf, Option<(&'a 
                 return Ok((root, Some((image, stage))));
             }
             let hints = stage.join("hints");
-            let hints = apt_hint
-                .then(|| {
-                    std::fs::create_dir(&hints)
-                        .and_then(|()| {
-                            crate::seccomp::root_emulation::write_apt_hint(image, &hints)
-                        })
-                        .inspect_err(|e| tracing::warn!("cannot write apt's hint: {e}"))
-                        .unwrap_or(false)
-                })
-                .and_then(|written| written.then_some(hints.as_path()));
+            if apt_hint || loader_cache.is_some() {
+                std::fs::create_dir(&hints).map_err(|e| Error::io("create", &hints, e))?;
+            }
+            let apt = apt_hint
+                && crate::seccomp::root_emulation::write_apt_hint(image, &hints)
+                    .inspect_err(|e| tracing::warn!("cannot write apt's hint: {e}"))
+                    .unwrap_or(false);
+            // The engine left the injected libraries off LD_LIBRARY_PATH
+            // for this cache (having checked the image's directories): not
+            // having it is an error.
+            let cache = match loader_cache {
+                Some(c) => {
+                    let written = loader_cache::write(image, &hints, c)
+                        .map_err(|e| Error::io("write the loader cache into", &hints, e))?;
+                    if !written {
+                        return Err(Error::Setup(
+                            "the image's /etc or /etc/ld.so.conf.d is not a directory: no place for the loader cache with the injected libraries".into(),
+                        ));
+                    }
+                    true
+                }
+                None => false,
+            };
+            let hints = (apt || cache).then_some(hints.as_path());
             if overlay == RootOverlay::None {
                 return Err(no_overlay(None, None));
             }

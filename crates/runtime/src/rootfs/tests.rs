@@ -76,6 +76,7 @@ fn plan<'a>(s: &'a Scene, binds: &'a [Bind]) -> RootfsPlan<'a> {
             persistent: None,
             user_xattr: false,
             apt_hint: false,
+            loader_cache: None,
             overlay: Default::default(),
         },
         fresh_proc: false,
@@ -271,6 +272,7 @@ fn read_only_remounts_come_last() {
             persistent: None,
             user_xattr: false,
             apt_hint: false,
+            loader_cache: None,
             overlay: Default::default(),
         }
     });

@@ -117,12 +117,19 @@ pub fn place(
         };
     }
     if root.layered {
-        let layer = made.conf_dir.then(|| LoaderCache {
+        // Only a fresh upper layer: a persistent one may hold a cache an
+        // earlier run's ldconfig wrote, which would hide this one (and
+        // which berth commit would keep).
+        let layer = (made.conf_dir && root.fresh_upper && !root.joins).then(|| LoaderCache {
             file: made.file,
-            dir: LIB_DIR.to_string(),
+            dirs: compat_dir
+                .into_iter()
+                .chain([LIB_DIR])
+                .map(str::to_string)
+                .collect(),
         });
         return Placed {
-            in_cache: layer.is_some() && root.fresh_upper && !root.joins,
+            in_cache: layer.is_some(),
             layer,
             compat_dir,
         };
@@ -272,9 +279,20 @@ fn cached(
 }
 
 /// Whether the image's `/etc` and `/etc/ld.so.conf.d` are directories,
-/// not links (where a writable root's cache and its configuration file
-/// go: [`berth_runtime::rootfs::LoaderCache`]).
+/// not links, and its `/etc/ld.so.conf` includes the latter (where a
+/// writable root's cache and its configuration file go, for its own
+/// `ldconfig` to read: [`berth_runtime::rootfs::LoaderCache`]).
 fn has_conf_dir(squashfs: &berth_squashfs::Image) -> berth_squashfs::reader::Result<bool> {
+    let conf = squashfs
+        .read_path("/etc/ld.so.conf", 1 << 16)?
+        .unwrap_or_default();
+    let includes = String::from_utf8_lossy(&conf).lines().any(|l| {
+        let l = l.trim_start();
+        l.starts_with("include") && l.contains("/etc/ld.so.conf.d/")
+    });
+    if !includes {
+        return Ok(false);
+    }
     use berth_squashfs::reader::Body;
     let (mut r, mut dir) = (squashfs.root(), None);
     for name in [&b"etc"[..], b"ld.so.conf.d"] {

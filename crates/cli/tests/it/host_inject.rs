@@ -452,16 +452,19 @@ fn cuda_forward_compatibility() {
     // A writable root's cache names it too; where the driver goes on
     // LD_LIBRARY_PATH (here: the cache left out), the image's directory
     // goes before the node's.
+    // It keeps it after the image's own ldconfig.
     let out = sh(
         &sb,
         "compat-newer",
-        &["--gpus", "all", "--writable"],
-        "cuda-probe",
+        &["--gpus", "all", "--writable", "--fakeroot"],
+        "cuda-probe; ldconfig; cuda-probe",
     )
     .ok()
     .stdout();
     assert!(
-        out.contains("libcuda=/usr/local/cuda/compat/libcuda.so.1"),
+        out.matches("libcuda=/usr/local/cuda/compat/libcuda.so.1")
+            .count()
+            == 2,
         "{out}"
     );
     let out = sh(
@@ -507,6 +510,32 @@ fn gpu_variables_from_e_and_joined_containers() {
     c.env("NVIDIA_DRIVER_CAPABILITIES", "compute,utility");
     let out = crate::harness::Out(c.output().unwrap()).ok();
     assert_eq!(out.stdout(), "libnvidia-ml.so.1\n");
+
+    // An image whose /etc/ld.so.conf does not read /etc/ld.so.conf.d: in
+    // a writable root its own ldconfig would drop the driver from the
+    // cache, so the driver goes on LD_LIBRARY_PATH.
+    let ctx = sb.dir.path().join("no-conf-d");
+    fs::create_dir_all(&ctx).unwrap();
+    fs::write(ctx.join("ld.so.conf"), "/usr/local/lib\n").unwrap();
+    fs::write(
+        ctx.join("Dockerfile"),
+        format!("FROM {img}\nCOPY ld.so.conf /etc/ld.so.conf\n"),
+    )
+    .unwrap();
+    sb.chown_to_user(&ctx);
+    sb.build("no-conf-d", &ctx).ok();
+    let out = sh(
+        &sb,
+        "no-conf-d",
+        &["--gpus", "all", "--writable"],
+        "echo \"$LD_LIBRARY_PATH\"; cuda-probe",
+    )
+    .ok()
+    .stdout();
+    assert!(
+        out.starts_with("/.berth/lib\n") && out.contains("devices=2"),
+        "{out}"
+    );
 
     let mut holder = sb
         .berth(&[

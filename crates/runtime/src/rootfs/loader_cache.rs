@@ -4,7 +4,8 @@
 //! (apt's and dnf's triggers run it) replaces the cache by renaming a new
 //! file onto it, which a mount point refuses. There the copy lies in the
 //! hint layer above the image instead, with a file in
-//! `/etc/ld.so.conf.d` that names the injected libraries' directory, so
+//! `/etc/ld.so.conf.d` that names the injected libraries' directory (and
+//! the image's newer CUDA driver's before it, where that one is used), so
 //! that a cache the image's `ldconfig` writes keeps them.
 
 use std::fs;
@@ -14,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-/// The loader configuration file that names [`LoaderCache::dir`], relative
+/// The loader configuration file that names [`LoaderCache::dirs`], relative
 /// to a root (read early: its name sorts first).
 pub const CONF_PATH: &str = "etc/ld.so.conf.d/000-berth-libraries.conf";
 
@@ -23,8 +24,10 @@ pub const CONF_PATH: &str = "etc/ld.so.conf.d/000-berth-libraries.conf";
 pub struct LoaderCache {
     /// The cache file on the host (written by the engine).
     pub file: PathBuf,
-    /// The directory of the injected libraries inside the container.
-    pub dir: String,
+    /// The directories the image's `ldconfig` is to search first, inside
+    /// the container: the injected libraries', after the image's newer
+    /// CUDA driver's where that one is used (the first of a name wins).
+    pub dirs: Vec<String>,
 }
 
 /// Writes `cache`'s file at `etc/ld.so.cache` and [`CONF_PATH`] under
@@ -51,7 +54,8 @@ pub fn write(image: &Path, dest: &Path, cache: &LoaderCache) -> io::Result<bool>
     }
     let bytes = fs::read(&cache.file)?;
     file(&dest.join("etc/ld.so.cache"), &bytes)?;
-    file(&dest.join(CONF_PATH), format!("{}\n", cache.dir).as_bytes())?;
+    let conf: String = cache.dirs.iter().map(|d| format!("{d}\n")).collect();
+    file(&dest.join(CONF_PATH), conf.as_bytes())?;
     Ok(true)
 }
 
@@ -77,7 +81,7 @@ mod tests {
         let host = tempfile::tempdir().unwrap();
         let cache = LoaderCache {
             file: host.path().join("made.cache"),
-            dir: "/.berth/lib".into(),
+            dirs: vec!["/usr/local/cuda/compat".into(), "/.berth/lib".into()],
         };
         fs::write(&cache.file, b"ld.so-1.7.0").unwrap();
         // No /etc/ld.so.conf.d: nothing.
@@ -92,7 +96,7 @@ mod tests {
         );
         assert_eq!(
             fs::read_to_string(dest.path().join(CONF_PATH)).unwrap(),
-            "/.berth/lib\n"
+            "/usr/local/cuda/compat\n/.berth/lib\n"
         );
         let mode = |p: &str| {
             fs::metadata(dest.path().join(p))

@@ -121,13 +121,11 @@ impl Asked {
         image: &[(String, String)],
         unset: Capabilities,
     ) -> Asked {
-        let get = |env: &[(String, String)]| {
-            env.iter()
-                .find(|(n, _)| n == "NVIDIA_DRIVER_CAPABILITIES")
-                .map(|(_, v)| v.clone())
-        };
+        let name = "NVIDIA_DRIVER_CAPABILITIES";
         Asked {
-            value: get(caller).or_else(|| get(image)),
+            value: super::var(caller, name)
+                .or_else(|| super::var(image, name))
+                .map(str::to_string),
             unset,
         }
     }

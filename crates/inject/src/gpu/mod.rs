@@ -77,6 +77,11 @@ pub fn node_has_nvidia(host: &HostPaths, cdi: &crate::cdi::Registry) -> bool {
         || MountKind::of(&host.device("nvidiactl").0) == Some(MountKind::Device)
 }
 
+/// The value of `name` in `env`, as it is.
+fn var<'a>(env: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    env.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+}
+
 /// The GPUs an environment asks for as enroot's NVIDIA hook reads it:
 /// `NVIDIA_VISIBLE_DEVICES` from `caller` (the task's environment), else
 /// from `image` (its ENV: every CUDA image sets `all`). `void`, `none` or
@@ -84,11 +89,7 @@ pub fn node_has_nvidia(host: &HostPaths, cdi: &crate::cdi::Registry) -> bool {
 /// of the step (`SLURM_STEP_GPUS`, else `SLURM_JOB_GPUS`: the node's
 /// indices): `all` is those, index `i` the i-th of them.
 pub fn from_environment(caller: &[(String, String)], image: &[(String, String)]) -> Option<String> {
-    let get = |env: &[(String, String)], k: &str| {
-        env.iter()
-            .find(|(n, _)| n == k)
-            .map(|(_, v)| v.trim().to_string())
-    };
+    let get = |env: &[(String, String)], k: &str| var(env, k).map(|v| v.trim().to_string());
     let wanted =
         get(caller, "NVIDIA_VISIBLE_DEVICES").or_else(|| get(image, "NVIDIA_VISIBLE_DEVICES"))?;
     if matches!(wanted.as_str(), "" | "void" | "none") {

@@ -33,37 +33,41 @@ import time
 from timed_starts import prepare, timed_start
 
 
-def keeper_pids(keeper_dir):
-    """The keeper's processes (its forked helpers share its command line)."""
-    prefix = b"berth\0__keeper\0" + os.fsencode(keeper_dir) + b"\0"
-    pids = []
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        try:
-            with open(f"/proc/{p}/cmdline", "rb") as f:
-                if f.read().startswith(prefix):
-                    pids.append(int(p))
-        except OSError:
-            pass
-    return pids
-
-
-def children(pids):
-    """The processes whose parent is one of PIDS (the keeper's squashfs
-    server runs as other ids, but its stat is readable)."""
+def scan(name, keep):
+    """The processes whose /proc/PID/NAME, read whole, KEEP accepts
+    (processes gone or unreadable are skipped)."""
     out = []
     for p in os.listdir("/proc"):
         if not p.isdigit():
             continue
         try:
-            with open(f"/proc/{p}/stat", "rb") as f:
-                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
+            with open(f"/proc/{p}/{name}", "rb") as f:
+                data = f.read()
+        except OSError:
             continue
-        if ppid in pids:
+        if keep(data):
             out.append(int(p))
     return out
+
+
+def keeper_pids(keeper_dir):
+    """The keeper's processes (its forked helpers share its command line)."""
+    prefix = b"berth\0__keeper\0" + os.fsencode(keeper_dir) + b"\0"
+    return scan("cmdline", lambda cmdline: cmdline.startswith(prefix))
+
+
+def parent(stat):
+    """The parent pid in a /proc/PID/stat line; None if it cannot be read."""
+    try:
+        return int(stat.rsplit(b")", 1)[1].split()[1])
+    except (ValueError, IndexError):
+        return None
+
+
+def children(pids):
+    """The processes whose parent is one of PIDS (the keeper's squashfs
+    server runs as other ids, but its stat is readable)."""
+    return scan("stat", lambda stat: parent(stat) in pids)
 
 
 def alive(pid):

@@ -314,8 +314,12 @@ pub struct RunArgs {
     /// With --shared: keep the container this long after its last task left, for tasks still to come.
     #[arg(long, value_name = "SECONDS", default_value_t = 0, requires = "shared")]
     pub linger: u64,
-    /// With --shared: which running container under KEY to join: same (one made from the same image with the same options, else it is refused), any (whatever runs, as it is), existing (whatever runs; never create one, and give no IMAGE), new (refused if one runs). With --name: same (IMAGE must be the container's), any (an existing container keeps its own image), existing (it must exist; give no IMAGE), new (it must not exist).
-    #[arg(long, value_name = "same|any|existing|new", default_value = "same")]
+    /// With --shared: which running container under KEY to join: same (one made from the same image with the same options, else it is refused), any (whatever runs, as it is), existing (whatever runs; never create one, and give no IMAGE), running (one a task runs in now; never create one, and give no IMAGE), new (refused if one runs). With --name and --shared, the named container's changes are kept on this node under the shared container's key: one that runs no task is started anew from them. With --name: same (IMAGE must be the container's), any (an existing container keeps its own image), existing (it must exist; give no IMAGE), new (it must not exist).
+    #[arg(
+        long,
+        value_name = "same|any|existing|running|new",
+        default_value = "same"
+    )]
     pub reuse: String,
     /// With --name: stack the named container's changes read-only (the Slurm plugin's several tasks of a node).
     #[arg(long, hide = true, requires = "name")]
@@ -343,7 +347,7 @@ pub struct RunArgs {
     pub dry_run: bool,
     /// Image name, id or registry reference, or an image file run in place:
     /// a SIF file or a squashfs file (./app.sif, /scratch/image.sqsh).
-    /// Not given with --reuse existing.
+    /// Not given with --reuse existing or running.
     pub image: Option<String>,
     /// Command and arguments (default: the image's ENTRYPOINT and CMD).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]

@@ -26,6 +26,9 @@ use berth_runtime::shared::{self, Placement, Reuse};
 use berth_runtime::IdMode;
 use serde::Serialize;
 
+use attach::{attached, Unshare};
+
+mod attach;
 pub mod binds;
 pub mod caller;
 pub mod doctor;
@@ -136,9 +139,19 @@ pub fn prepare(
         None => req,
     };
     // A named container may run its own image (`--reuse existing|any`).
+    // One that runs is joined as it is.
+    let named_at = match req.kept_name().filter(|_| attached.is_none()) {
+        Some(name) => {
+            let key = req.shared.as_ref().map(|s| s.key.as_str());
+            Some((name, named::dir_of(config, name, key)?))
+        }
+        None => None,
+    };
     let owned_named;
-    let own_image = match req.kept_name() {
-        Some(name) => named::image_of(config, name, req.name_reuse)?,
+    let own_image = match &named_at {
+        Some((name, dir)) => {
+            named::image_of(config, (name, dir), req.name_reuse, req.shared.is_some())?
+        }
         None => None,
     };
     let req = match own_image {
@@ -335,8 +348,8 @@ pub fn prepare(
     }
     // A named container keeps its changes in the store, in an overlay
     // directory of its name.
-    let named_dir = match req.kept_name() {
-        Some(name) => {
+    let named_dir = match &named_at {
+        Some((name, dir)) => {
             if req.overlay.is_some() {
                 return Err(Error::Usage(
                     "--name keeps the container's changes under its name: give --name or --overlay DIR, not both (--name with --rm keeps nothing)".into(),
@@ -350,7 +363,7 @@ pub fn prepare(
                     .unwrap_or_else(|_| req.image.clone()),
                 false => req.image.clone(),
             };
-            let dir = named::prepare(config, name, &image, &img.record.id, mode)?;
+            let dir = named::prepare(dir, name, &image, &img.record.id, mode)?;
             Some(match req.name_readonly {
                 true => format!("{}:ro", dir.display()),
                 false => dir.display().to_string(),
@@ -373,7 +386,15 @@ pub fn prepare(
         .or_else(|| temporary.as_ref().map(|t| t.display().to_string()));
     let claimed = overlay_spec
         .as_deref()
-        .map(|o| overlay::claim(o, &caller.cwd, mode != IdMode::HostRoot))
+        // A shared container's anchor locks it when it is made.
+        .map(|o| {
+            overlay::claim(
+                o,
+                &caller.cwd,
+                mode != IdMode::HostRoot,
+                req.shared.is_none(),
+            )
+        })
         .transpose()?;
     let save_job = match (save_target, &claimed) {
         (Some(_), Some(c)) if c.overlay.readonly => {
@@ -394,7 +415,7 @@ pub fn prepare(
         _ => None,
     };
     let (persistent, overlay_lock) = match claimed {
-        Some(c) => (Some(c.overlay), Some(c.lock)),
+        Some(c) => (Some(c.overlay), c.lock),
         None => (None, None),
     };
     // A writable persistent layer is the point of the run: the root stays
@@ -465,8 +486,14 @@ pub fn prepare(
             key: s.key.clone(),
             linger: s.linger,
             image: req.image.clone(),
-            reuse: s.reuse,
+            // A named container's task that finds none running starts
+            // it again from its changes.
+            reuse: match (s.reuse, named_at.is_some()) {
+                (Reuse::Existing, true) => Reuse::Any,
+                (reuse, _) => reuse,
+            },
             hand_over: s.hand_over,
+            fresh: named_at.is_some(),
         }),
         save: save_job,
         per_task_env,
@@ -502,67 +529,6 @@ fn root_emulation(word: Option<&str>, mode: IdMode) -> Result<RootEmulation> {
         }
         _ => RootEmulation::None,
     })
-}
-
-/// `--unshare`: the namespaces a run asks to have of its own.
-#[derive(Debug, Clone, Copy, Default)]
-struct Unshare {
-    net: bool,
-    ipc: bool,
-    uts: bool,
-}
-
-impl Unshare {
-    fn parse(names: &[String]) -> Result<Self> {
-        let mut u = Unshare::default();
-        for name in names.iter().flat_map(|n| n.split(',')) {
-            match name.trim() {
-                "net" => u.net = true,
-                "ipc" => u.ipc = true,
-                "uts" => u.uts = true,
-                other => {
-                    return Err(Error::Usage(format!(
-                        "--unshare {other:?}: unknown namespace (use net, ipc or uts)"
-                    )))
-                }
-            }
-        }
-        Ok(u)
-    }
-
-    /// A run joining the running container `info` cannot get namespaces
-    /// the container lacks.
-    fn check_joinable(&self, info: &shared::SharedInfo) -> Result<()> {
-        for (asked, name, what) in [
-            (self.net, "net", "network"),
-            (self.ipc, "ipc", "IPC"),
-            (self.uts, "uts", "UTS"),
-        ] {
-            if asked && !info.namespaces.iter().any(|n| n == name) {
-                return Err(Error::Usage(format!(
-                    "shared container {} is not in a separate {what} namespace; it runs as it was made (--unshare applies to a new container)",
-                    info.key
-                )));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The live shared container a run joins as it is (`Reuse::Any` or
-/// `Reuse::Existing`), if one runs; `Existing` without one is an error.
-fn attached(req: &RunRequest) -> Result<Option<shared::SharedInfo>> {
-    let Some(s) = &req.shared else {
-        return Ok(None);
-    };
-    match s.reuse {
-        Reuse::Any => Ok(shared::lookup(&s.key)?),
-        Reuse::Existing => match shared::lookup(&s.key)? {
-            Some(info) => Ok(Some(info)),
-            None => Err(shared::not_running(&s.key).into()),
-        },
-        Reuse::Same | Reuse::New => Ok(None),
-    }
 }
 
 /// The request's command and environment options as Docker's semantics

@@ -85,18 +85,32 @@ pub fn validate_name(name: &str) -> Result<()> {
     }
 }
 
-/// The directory of container `name` for a run of image `image_id`
-/// (`image` as the user gave it) in `mode`: made with its record on first
-/// use. An error when the container was made from another image.
+/// The directory of named container `name`: in the store
+/// (`STORE/containers/NAME`, `berth run --name`), or, for the named
+/// container of shared container `shared` (`--shared KEY --name NAME`,
+/// the Slurm plugin's named containers), beside that container's record
+/// on this node (`RUNTIME/containers/KEY/named`), where the job's end
+/// removes it: a later instance of the key goes on from its changes.
+pub fn dir_of(config: &Config, name: &str, shared: Option<&str>) -> Result<PathBuf> {
+    validate_name(name)?;
+    match shared {
+        None => Ok(containers_dir(config).join(name)),
+        Some(key) => Ok(berth_runtime::shared::container_dir(key)?.join("named")),
+    }
+}
+
+/// The directory `dir` ([`dir_of`]) of container `name` for a run of image
+/// `image_id` (`image` as the user gave it) in `mode`: made with its
+/// record on first use. An error when the container was made from
+/// another image.
 pub fn prepare(
-    config: &Config,
+    dir: &Path,
     name: &str,
     image: &str,
     image_id: &str,
     mode: IdMode,
 ) -> Result<PathBuf> {
-    validate_name(name)?;
-    let dir = containers_dir(config).join(name);
+    let dir = dir.to_path_buf();
     match read(&dir) {
         Ok(mut record) => {
             if record.image_id != image_id {
@@ -113,7 +127,9 @@ pub fn prepare(
             }
         }
         Err(_) if !dir.join(RECORD).exists() => {
-            private_dir(&containers_dir(config))?;
+            if let Some(parent) = dir.parent() {
+                private_dir(parent)?;
+            }
             private_dir(&dir)?;
             let created = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -137,17 +153,28 @@ pub fn prepare(
     Ok(dir)
 }
 
-/// The image a run of named container `name` runs, when not the one the
-/// request gives: the container's own for `existing` (which must exist)
-/// and for `any` when it exists; `new` refuses an existing container.
-pub fn image_of(config: &Config, name: &str, reuse: Reuse) -> Result<Option<String>> {
-    validate_name(name)?;
-    let dir = containers_dir(config).join(name);
-    let record = dir.join(RECORD).exists().then(|| read(&dir)).transpose()?;
+/// The image a run of named container `name` (in `dir`, [`dir_of`])
+/// runs, when not the one the request gives: the container's own for
+/// `existing` (which must exist) and for `any` when it exists; `new`
+/// refuses an existing container. `on_node`: a shared container's (the
+/// Slurm plugin's), for the messages.
+pub fn image_of(
+    config: &Config,
+    (name, dir): (&str, &Path),
+    reuse: Reuse,
+    on_node: bool,
+) -> Result<Option<String>> {
+    let record = dir.join(RECORD).exists().then(|| read(dir)).transpose()?;
     match (reuse, record) {
+        (Reuse::Existing, None) if on_node => Err(Error::Usage(format!(
+            "no container {name} runs or was made on this node in this job, and no image was given to create it"
+        ))),
         (Reuse::Existing, None) => Err(Error::Usage(format!(
             "no container {name} in the store {} (berth ps -a lists them); give an image to make it",
             config.store.display()
+        ))),
+        (Reuse::New, Some(_)) if on_node => Err(Error::Usage(format!(
+            "container {name} exists already on this node in this job; it was asked to be created anew (:create)"
         ))),
         (Reuse::New, Some(_)) => Err(Error::Usage(format!(
             "container {name} exists already: remove it first (berth rm {name}), or let it be used (not :create)"
@@ -413,15 +440,20 @@ mod tests {
         }
     }
 
+    /// Container `dev` of the store of `c`, prepared for a run.
+    fn dev(c: &Config, image: &str, id: &str, mode: IdMode) -> Result<PathBuf> {
+        prepare(&dir_of(c, "dev", None)?, "dev", image, id, mode)
+    }
+
     #[test]
     fn a_container_keeps_its_image_and_is_listed_and_removed() {
         let d = tempfile::tempdir().unwrap();
         let c = config(d.path());
-        let dir = prepare(&c, "dev", "debian:12", "sha256:aaaa", IdMode::Identity).unwrap();
+        let dir = dev(&c, "debian:12", "sha256:aaaa", IdMode::Identity).unwrap();
         assert_eq!(dir, d.path().join("containers/dev"));
         // Again with the same image: the same directory; the mode follows.
-        prepare(&c, "dev", "debian", "sha256:aaaa", IdMode::FakeRoot).unwrap();
-        let err = prepare(&c, "dev", "other", "sha256:bbbb", IdMode::Identity).unwrap_err();
+        dev(&c, "debian", "sha256:aaaa", IdMode::FakeRoot).unwrap();
+        let err = dev(&c, "other", "sha256:bbbb", IdMode::Identity).unwrap_err();
         assert!(
             err.to_string().contains("was made from debian:12")
                 && err.to_string().contains("berth rm dev"),
@@ -460,7 +492,7 @@ mod tests {
     fn rm_and_a_live_commit_exclude_each_other() {
         let d = tempfile::tempdir().unwrap();
         let c = config(d.path());
-        let dir = prepare(&c, "dev", "debian:12", "sha256:aaaa", IdMode::Identity).unwrap();
+        let dir = dev(&c, "debian:12", "sha256:aaaa", IdMode::Identity).unwrap();
         let run = File::open(&dir).unwrap();
         run.try_lock().unwrap();
         let (_, _, held) = take_or_snapshot(&c, "dev").unwrap();

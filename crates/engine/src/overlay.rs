@@ -16,14 +16,16 @@ use crate::error::{Error, Result};
 pub struct Claimed {
     /// What the runtime mounts.
     pub overlay: PersistentOverlay,
-    /// The directory's lock (exclusive for a writer, shared read-only).
-    pub lock: File,
+    /// The directory's lock (exclusive for a writer, shared read-only);
+    /// `None` where a shared container's anchor takes it.
+    pub lock: Option<File>,
 }
 
 /// Parses `DIR[:ro|:rw]` (relative to `cwd`), makes the directory where
-/// it is missing and locks it. `user_xattr`: the run mounts in a user
-/// namespace.
-pub fn claim(spec: &str, cwd: &Path, user_xattr: bool) -> Result<Claimed> {
+/// it is missing and locks it (unless `lock` is false: a shared container
+/// locks it when it is made, for as long as its anchor lives).
+/// `user_xattr`: the run mounts in a user namespace.
+pub fn claim(spec: &str, cwd: &Path, user_xattr: bool, lock: bool) -> Result<Claimed> {
     let (dir, readonly) = parse(spec, cwd)?;
     let upper = dir.join("upper");
     if readonly {
@@ -44,40 +46,33 @@ pub fn claim(spec: &str, cwd: &Path, user_xattr: bool) -> Result<Claimed> {
             })?;
         }
     }
-    let lock = File::open(&dir).map_err(|e| {
-        Error::Overlay(format!(
-            "--overlay {spec}: cannot open {}: {e}",
-            dir.display()
-        ))
-    })?;
-    let locked = if readonly {
-        lock.try_lock_shared()
-    } else {
-        lock.try_lock()
+    let overlay = PersistentOverlay {
+        dir,
+        readonly,
+        user_xattr,
     };
-    if let Err(e) = locked {
-        return Err(match e {
-            std::fs::TryLockError::WouldBlock => Error::Overlay(format!(
-                "--overlay {spec}: {} is in use by another container{}; overlayfs cannot share a writable layer: wait for that run to end, or use another directory",
-                dir.display(),
-                if readonly { " that writes to it" } else { "" }
-            )),
-            std::fs::TryLockError::Error(e) => Error::Overlay(format!(
-                "--overlay {spec}: cannot lock {}: {e}",
-                dir.display()
-            )),
+    if !lock {
+        return Ok(Claimed {
+            overlay,
+            lock: None,
         });
     }
-    Ok(Claimed {
-        overlay: PersistentOverlay {
-            dir,
-            readonly,
-            user_xattr,
-        },
-        lock,
-    })
+    match overlay.lock(std::time::Duration::ZERO) {
+        Ok(Some(file)) => Ok(Claimed {
+            overlay,
+            lock: Some(file),
+        }),
+        Ok(None) => Err(Error::Overlay(format!(
+            "--overlay {spec}: {} is in use by another container{}; overlayfs cannot share a writable layer: wait for that run to end, or use another directory",
+            overlay.dir.display(),
+            if readonly { " that writes to it" } else { "" }
+        ))),
+        Err(e) => Err(Error::Overlay(format!(
+            "--overlay {spec}: cannot lock {}: {e}",
+            overlay.dir.display()
+        ))),
+    }
 }
-
 /// `DIR[:ro|:rw]`: the absolute directory and whether it is read-only.
 fn parse(spec: &str, cwd: &Path) -> Result<(PathBuf, bool)> {
     let (path, readonly) = match spec.rsplit_once(':') {
@@ -140,24 +135,26 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("ov");
         let spec = dir.to_str().unwrap().to_string();
-        let writer = claim(&spec, tmp.path(), true).unwrap();
+        let writer = claim(&spec, tmp.path(), true, true).unwrap();
         assert!(dir.join("upper").is_dir() && dir.join("work").is_dir());
-        let busy = claim(&spec, tmp.path(), true).unwrap_err().to_string();
+        let busy = claim(&spec, tmp.path(), true, true)
+            .unwrap_err()
+            .to_string();
         assert!(busy.contains("is in use by another container"), "{busy}");
         let ro = format!("{spec}:ro");
-        assert!(claim(&ro, tmp.path(), true).is_err());
+        assert!(claim(&ro, tmp.path(), true, true).is_err());
         drop(writer);
-        let r1 = claim(&ro, tmp.path(), true).unwrap();
-        let r2 = claim(&ro, tmp.path(), true).unwrap();
+        let r1 = claim(&ro, tmp.path(), true, true).unwrap();
+        let r2 = claim(&ro, tmp.path(), true, true).unwrap();
         assert!(r1.overlay.readonly && r2.overlay.readonly);
-        assert!(claim(&spec, tmp.path(), true).is_err());
+        assert!(claim(&spec, tmp.path(), true, true).is_err());
     }
 
     #[test]
     fn read_only_needs_an_upper_layer() {
         let tmp = tempfile::tempdir().unwrap();
         let ro = format!("{}:ro", tmp.path().display());
-        let e = claim(&ro, tmp.path(), true).unwrap_err().to_string();
+        let e = claim(&ro, tmp.path(), true, true).unwrap_err().to_string();
         assert!(e.contains("has no upper/ directory"), "{e}");
     }
 }

@@ -110,11 +110,10 @@ pub struct SharedRequest {
 
 impl RunRequest {
     /// The name of the named container whose changes this run keeps
-    /// ([`crate::named`]): `--name` without `--rm` and not shared.
+    /// ([`crate::named`]): `--name` without `--rm` (with `--shared`, kept
+    /// on the node for the shared container's later instances).
     pub fn kept_name(&self) -> Option<&str> {
-        self.name
-            .as_deref()
-            .filter(|_| !self.rm && self.shared.is_none())
+        self.name.as_deref().filter(|_| !self.rm)
     }
 
     /// `berth shell`: the image's bash if it has one, else sh, as a login

@@ -204,6 +204,19 @@ impl Pinned {
         rustix::process::pidfd_getfd(&self.fd, fd, rustix::process::PidfdGetfdFlags::empty())
     }
 
+    /// Sends the pinned process SIGKILL and waits, at most `wait`, until
+    /// it has exited; whether it has.
+    pub(crate) fn kill_and_wait(&self, wait: Duration) -> bool {
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
+        let _ = rustix::process::pidfd_send_signal(&self.fd, rustix::process::Signal::KILL);
+        let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
+        let wait = Timespec {
+            tv_sec: wait.as_secs() as _,
+            tv_nsec: wait.subsec_nanos() as _,
+        };
+        matches!(poll(&mut fds, Some(&wait)), Ok(n) if n > 0)
+    }
+
     /// Whether the pinned process has not exited (a pidfd turns readable
     /// when it does).
     pub(crate) fn still_runs(&self) -> bool {
@@ -273,6 +286,17 @@ impl Deciding {
         match flock(&users, FlockOperation::NonBlockingLockShared) {
             Ok(()) => Ok(Some(Share { users })),
             Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
+            Err(e) => Err(Error::sys("lock", Some(self.users.clone()), e)),
+        }
+    }
+
+    /// Whether no client holds a share of the server (nor the server the
+    /// users' lock, as it does on its way out).
+    pub fn idle(&self) -> Result<bool> {
+        let users = open_lock(&self.users)?;
+        match flock(&users, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => Ok(true),
+            Err(rustix::io::Errno::WOULDBLOCK) => Ok(false),
             Err(e) => Err(Error::sys("lock", Some(self.users.clone()), e)),
         }
     }

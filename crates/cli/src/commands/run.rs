@@ -19,7 +19,7 @@ pub fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
         Some(r) => r,
         None => {
             return finish(Err(anyhow!(
-                "--reuse {}: use same, any, existing or new",
+                "--reuse {}: use same, any, existing, running or new",
                 args.reuse
             )))
         }
@@ -32,7 +32,7 @@ pub fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
             args.environment_image.clone().unwrap_or_default(),
             first.into_iter().chain(args.command).collect(),
         ),
-        (Reuse::Existing, first) => (
+        (Reuse::Existing | Reuse::Running, first) => (
             String::new(),
             first.into_iter().chain(args.command).collect(),
         ),
@@ -52,6 +52,11 @@ pub fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
         return finish(Err(anyhow!(
             "--reuse {} is for a shared (--shared) or named (--name) container",
             args.reuse
+        )));
+    }
+    if reuse == Reuse::Running && args.shared.is_none() {
+        return finish(Err(anyhow!(
+            "--reuse running is for a shared (--shared) container"
         )));
     }
     req.name = args.name;

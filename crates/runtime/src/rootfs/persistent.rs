@@ -32,6 +32,31 @@ impl PersistentOverlay {
     pub fn work(&self) -> PathBuf {
         self.dir.join("work")
     }
+
+    /// Locks the directory for one container while the returned file is
+    /// open: a writer alone (overlayfs cannot share an upper layer, and a
+    /// layer below a mount must not change under it), or any number of
+    /// read-only users. `Ok(None)`: another container holds it still after
+    /// `wait` (a shared container's anchor may be on its way out).
+    pub fn lock(&self, wait: std::time::Duration) -> std::io::Result<Option<std::fs::File>> {
+        let file = std::fs::File::open(&self.dir)?;
+        let until = std::time::Instant::now() + wait;
+        loop {
+            let locked = if self.readonly {
+                file.try_lock_shared()
+            } else {
+                file.try_lock()
+            };
+            match locked {
+                Ok(()) => return Ok(Some(file)),
+                Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < until => {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+                Err(std::fs::TryLockError::Error(e)) => return Err(e),
+            }
+        }
+    }
 }
 
 /// Which overlay wrote a directory's upper layer: their marks differ

@@ -27,6 +27,9 @@ struct Anchor {
     linger: Duration,
     /// The container's writable layer, kept open for `berth commit`.
     upper: Option<OwnedFd>,
+    /// The lock of its persistent layer (a named container's changes),
+    /// held while it lives.
+    overlay_lock: Option<File>,
 }
 
 /// Entry point of `berth __holder ...`; exits with berth's code on a
@@ -43,10 +46,11 @@ pub fn anchor_main(args: &[String]) -> i32 {
 
 /// Takes over the handed descriptors and joins the container.
 fn join_container(k: &dyn Kernel, args: &[String]) -> Result<Anchor> {
-    let [users, key_lock, devnull, ready, mntns, userns, share, linger, others, upper] = args
+    let [users, key_lock, devnull, ready, mntns, userns, share, linger, others, upper, overlay_lock] =
+        args
     else {
         return Err(Error::Setup(
-            "usage: berth __holder USERS KEY_LOCK DEVNULL READY MNTNS USERNS SHARE LINGER_MS NET=FD,IPC=FD,UTS=FD|- UPPER|-"
+            "usage: berth __holder USERS KEY_LOCK DEVNULL READY MNTNS USERNS SHARE LINGER_MS NET=FD,IPC=FD,UTS=FD|- UPPER|- OVERLAY_LOCK|-"
                 .into(),
         ));
     };
@@ -72,6 +76,10 @@ fn join_container(k: &dyn Kernel, args: &[String]) -> Result<Anchor> {
         upper: match upper.as_str() {
             "-" => None,
             _ => Some(take(upper)?.into()),
+        },
+        overlay_lock: match overlay_lock.as_str() {
+            "-" => None,
+            _ => Some(take(overlay_lock)?),
         },
     };
     let mut own = Vec::new();
@@ -143,6 +151,7 @@ fn hold(k: &dyn Kernel, anchor: Anchor) -> ! {
     let keep: Vec<i32> = keep
         .into_iter()
         .chain(anchor.upper.as_ref().map(|u| u.as_raw_fd()))
+        .chain(anchor.overlay_lock.as_ref().map(|l| l.as_raw_fd()))
         .collect();
     sys::close_inherited(&keep);
     // The anchor needs no capability to wait on locks: it drops those it

@@ -23,6 +23,10 @@ use crate::sys::{self, Fork, Kernel, Namespace, LINUX};
 
 use super::{Placement, SharedInfo, DECIDE_LOCK};
 
+/// How long a new instance waits for its persistent layer's lock, which
+/// the last instance's anchor drops as it leaves.
+const OVERLAY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Builds the container and starts its anchor; returns its record, written
 /// to `info.json`. The caller holds the key's decision lock; `let_go` is
 /// called once the keeper is leased.
@@ -35,6 +39,21 @@ pub(super) fn create(
     let_go: &mut dyn FnMut(),
 ) -> Result<SharedInfo> {
     let key = &placement.key;
+    // A persistent layer (a named container's changes) is the container's
+    // while its anchor lives; an earlier instance may be on its way out.
+    let overlay_lock = match &spec.overlay {
+        Some(p) => match p.lock(OVERLAY_WAIT) {
+            Ok(Some(lock)) => Some(lock),
+            Ok(None) => {
+                return Err(Error::Usage(format!(
+                    "shared container {key}: its changes in {} are in use by another container; wait for it to end",
+                    p.dir.display()
+                )))
+            }
+            Err(e) => return Err(Error::io("lock", &p.dir, e)),
+        },
+        None => None,
+    };
     let leased = container::lease(spec, image_file)?;
     // The keeper is there: the node's other ranks need not wait for the
     // container to be built (they wait on its decision lock instead).
@@ -82,7 +101,14 @@ pub(super) fn create(
         }
     }
     let anchor = if let Some(upper) = read_built(ready_read) {
-        start_anchor(&LINUX, spec, dir, lease, (builder, upper), placement)
+        start_anchor(
+            &LINUX,
+            spec,
+            dir,
+            lease,
+            (builder, upper, overlay_lock.as_ref()),
+            placement,
+        )
     } else {
         Err(Error::Setup(format!(
             "shared container {key} could not be set up (the reason is above)"
@@ -161,7 +187,7 @@ fn start_anchor(
     spec: &RunSpec,
     dir: &Path,
     lease: &KeeperLease,
-    (builder, upper): (i32, Option<i32>),
+    (builder, upper, overlay_lock): (i32, Option<i32>, Option<&File>),
     placement: &Placement,
 ) -> Result<(i32, Option<i32>)> {
     // Its own open file descriptions, so its locks are not its creator's.
@@ -212,6 +238,7 @@ fn start_anchor(
         placement.linger.as_millis().to_string(),
         others_arg,
         upper.as_ref().map_or("-".into(), |u| fd(u)),
+        overlay_lock.map_or("-".into(), |l| fd(l)),
     ];
     let pid = match sys::fork().map_err(|e| Error::Setup(format!("fork: {e}")))? {
         Fork::Child => {
@@ -220,6 +247,7 @@ fn start_anchor(
                 vec![&users, &key_lock, &devnull, &ready_write, &mntns, share];
             handed.extend(others.iter().map(|(_, fd)| fd as &dyn AsFd));
             handed.extend(upper.iter().map(|fd| fd as &dyn AsFd));
+            handed.extend(overlay_lock.map(|l| l as &dyn AsFd));
             exec_anchor(k, lease, &args, &handed, userns.as_ref())
         }
         Fork::Parent(pid) => pid,

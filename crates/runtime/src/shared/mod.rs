@@ -141,6 +141,11 @@ pub struct Placement {
     /// ([`in_place`]); the command is not run.
     #[serde(skip)]
     pub hand_over: bool,
+    /// A container under the key that runs no task is ended and made
+    /// anew for this one (a named container of the Slurm plugin's: each
+    /// step starts it afresh from its kept changes, with its own options,
+    /// as Pyxis does); one that runs tasks is joined.
+    pub fresh: bool,
 }
 
 /// Which live container under a key a task joins, and whether it may
@@ -160,16 +165,20 @@ pub enum Reuse {
     Existing,
     /// A new one: refused if one runs under the key.
     New,
+    /// One that a task runs in now (Pyxis's `NAME:exec`): never created,
+    /// and not one whose tasks all left, which is on its way out.
+    Running,
 }
 
 impl Reuse {
-    /// The word for it (`same`, `any`, `existing`, `new`).
+    /// The word for it (`same`, `any`, `existing`, `new`, `running`).
     pub fn parse(word: &str) -> Option<Self> {
         Some(match word {
             "same" => Reuse::Same,
             "any" => Reuse::Any,
             "existing" => Reuse::Existing,
             "new" => Reuse::New,
+            "running" => Reuse::Running,
             _ => return None,
         })
     }
@@ -268,6 +277,14 @@ pub fn place(
                     info.image
                 )))
             }
+            Some(_) if placement.reuse == Reuse::Running && deciding.idle()? => {
+                return Err(not_running(key))
+            }
+            Some(info) if placement.fresh && deciding.idle()? => {
+                replace_idle(&info)?;
+                deciding.end();
+                continue;
+            }
             Some(info) if info.fingerprint != wanted && placement.reuse == Reuse::Same => {
                 return Err(Error::Usage(format!(
                     "shared container {key} already runs {} with other options (binds, --writable, --fakeroot or the image differ); use another key, or the same options",
@@ -286,7 +303,9 @@ pub fn place(
                     continue;
                 }
             },
-            None if placement.reuse == Reuse::Existing => return Err(not_running(key)),
+            None if matches!(placement.reuse, Reuse::Existing | Reuse::Running) => {
+                return Err(not_running(key))
+            }
             None => {
                 let info = create::create(spec, &dir, placement, wanted.clone(), image_file, let_go)?;
                 (info, deciding.share()?)
@@ -388,6 +407,39 @@ pub fn writable_layer(info: &SharedInfo) -> Result<Option<std::os::fd::OwnedFd>>
 pub fn lookup(key: &str) -> Result<Option<SharedInfo>> {
     validate_key(key)?;
     Ok(read_alive(&containers_dir()?.join(key)))
+}
+
+/// The record of the live shared container `key` while a task runs in it
+/// (`None` for one whose tasks all left, which a [`Placement::fresh`]
+/// task replaces).
+pub fn lookup_in_use(key: &str) -> Result<Option<SharedInfo>> {
+    let Some(info) = lookup(key)? else {
+        return Ok(None);
+    };
+    let dir = containers_dir()?.join(key);
+    let idle = node::open_lock(&dir.join("users.lock"))
+        .map(|users| users.try_lock().is_ok())
+        .unwrap_or(false);
+    Ok((!idle).then_some(info))
+}
+
+/// Ends the idle container `info` (no task runs in it; its caller holds
+/// the key's decision lock) and waits until its anchor has gone.
+fn replace_idle(info: &SharedInfo) -> Result<()> {
+    let Some(anchor) = node::Pinned::new(info.pid) else {
+        return Ok(());
+    };
+    if !anchor_alive(info) {
+        return Ok(());
+    }
+    if anchor.kill_and_wait(std::time::Duration::from_secs(5)) {
+        Ok(())
+    } else {
+        Err(Error::Setup(format!(
+            "shared container {}: its anchor (pid {}) did not end; it was to be started anew",
+            info.key, info.pid
+        )))
+    }
 }
 
 /// The caller's live shared containers on this node, by key; records of

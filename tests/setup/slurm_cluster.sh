@@ -119,7 +119,7 @@ CONF
             install -m 0755 "${BERTH_SPANK_BERTH:?BERTH_SPANK_BERTH names the berth binary}" "$bin"
         fi
         # BERTH_SPANK_ARGS: more plugstack.conf arguments (container_scope=global).
-        echo "required $so berth=$bin named_linger=600 batch_modules=slurm${BERTH_SPANK_ARGS:+ $BERTH_SPANK_ARGS}" > "$DIR/plugstack.conf"
+        echo "required $so berth=$bin batch_modules=slurm${BERTH_SPANK_ARGS:+ $BERTH_SPANK_ARGS}" > "$DIR/plugstack.conf"
         log "berth SPANK plugin installed from $BERTH_SPANK_PLUGIN"
     else
         echo "# no plugins (slurm_cluster.sh up with BERTH_SPANK_PLUGIN adds berth's)" > "$DIR/plugstack.conf"

@@ -9,6 +9,9 @@
 //! - a record is read only if it is a regular file of the job user's of at
 //!   most [`MAX_RECORD`] bytes, opened non-blocking (a FIFO or a symlink to
 //!   `/dev/zero` in its place cannot hang or exhaust the epilog);
+//! - a container's directory (its record, locks and a named container's
+//!   changes) is removed through descriptors, following no symlink and
+//!   crossing no mount ([`remove_entry`]);
 //! - a process is signalled only if it is a berth holder (`berth
 //!   __holder`, the plugin's berth binary where it is known) of the job
 //!   user whose start time is the record's, through a pidfd taken and
@@ -83,7 +86,8 @@ fn entries(dir: &OwnedFd) -> Vec<std::ffi::OsString> {
 }
 
 /// The job's end on this node: kills the holders of job `job`'s named
-/// containers of user `uid` (see the module text). `berth` is the plugin's
+/// containers of user `uid` and removes their directories, with the
+/// changes kept for the job's steps (see the module text). `berth` is the plugin's
 /// berth binary, when it names a file.
 pub fn remove_named_containers(uid: u32, job: u32, berth: Option<&Path>) {
     let mut bases = vec![
@@ -122,14 +126,56 @@ pub fn remove_named_containers(uid: u32, job: u32, berth: Option<&Path>) {
             let Some(dir) = private_dir(Some(&containers), Path::new(&name), uid) else {
                 continue;
             };
-            let Some(info) = small_file(Some(&dir), Path::new("info.json"), uid) else {
-                continue;
-            };
-            if let Some((pid, start)) = holder(&info) {
+            if let Some((pid, start)) =
+                small_file(Some(&dir), Path::new("info.json"), uid).and_then(|i| holder(&i))
+            {
                 kill_holder(pid, start, uid, berth_id);
+            }
+            // Its changes (a named container's, kept for the job's later
+            // steps) go with the job, and its record and locks with them.
+            if let Some(dev) = meta(&dir).map(|m| m.dev()) {
+                drop(dir);
+                remove_entry(&containers, &name, dev, 0);
             }
         }
     }
+}
+
+/// How deep [`remove_entry`] descends (each level holds a descriptor);
+/// what lies deeper stays, with its directories.
+const MAX_DEPTH: usize = 256;
+
+/// Removes entry `name` of the open directory `parent` and everything
+/// below it, as root in a directory of the user's. Nothing found there is
+/// trusted: no symlink is followed (entries are looked at with
+/// `AT_SYMLINK_NOFOLLOW` and directories opened with `O_NOFOLLOW`),
+/// directories are entered only on file system `dev` (no mount the user
+/// made is crossed), and only through descriptors, so a directory renamed
+/// elsewhere meanwhile is still one of the user's. Errors leave the entry.
+fn remove_entry(parent: &OwnedFd, name: &std::ffi::OsStr, dev: u64, depth: usize) {
+    use rustix::fs::{statat, unlinkat, AtFlags, FileType};
+    let Ok(st) = statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) else {
+        return;
+    };
+    if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+        let _ = unlinkat(parent, name, AtFlags::empty());
+        return;
+    }
+    if st.st_dev != dev || depth >= MAX_DEPTH {
+        return;
+    }
+    if let Some(dir) = open_at(
+        Some(parent),
+        Path::new(name),
+        libc::O_RDONLY | libc::O_DIRECTORY,
+    )
+    .filter(|d| meta(d).is_some_and(|m| m.dev() == dev))
+    {
+        for entry in entries(&dir) {
+            remove_entry(&dir, &entry, dev, depth + 1);
+        }
+    }
+    let _ = unlinkat(parent, name, AtFlags::REMOVEDIR);
 }
 
 /// Whether `pid` is, right now, a berth holder of `uid` started at `start`.
@@ -272,6 +318,39 @@ mod tests {
         assert_eq!(small_file(Some(&dir), Path::new("big.json"), uid), None);
         // Someone else's.
         assert_eq!(small_file(Some(&dir), Path::new("ok.json"), uid + 1), None);
+    }
+
+    #[test]
+    fn a_containers_directory_goes_without_following_its_links() {
+        let d = tempfile::tempdir().unwrap();
+        let outside = d.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("keep"), "x").unwrap();
+        // What a container's changes may hold: symlinks out (to a file and
+        // to a directory), a deep tree, a FIFO.
+        let c = d.path().join("containers/slurm-7-dev");
+        std::fs::create_dir_all(c.join("named/upper/etc/deep/er")).unwrap();
+        std::fs::create_dir_all(c.join("named/work/work")).unwrap();
+        std::fs::write(c.join("named/upper/etc/deep/er/f"), "y").unwrap();
+        std::os::unix::fs::symlink(&outside, c.join("named/upper/dir")).unwrap();
+        std::os::unix::fs::symlink(outside.join("keep"), c.join("named/upper/file")).unwrap();
+        let fifo = CString::new(c.join("named/fifo").as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid path string.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let containers = open_at(
+            None,
+            &d.path().join("containers"),
+            libc::O_RDONLY | libc::O_DIRECTORY,
+        )
+        .unwrap();
+        let dev = meta(&containers).unwrap().dev();
+        remove_entry(&containers, std::ffi::OsStr::new("slurm-7-dev"), dev, 0);
+        assert!(!c.exists(), "the container's directory is gone");
+        assert!(outside.join("keep").is_file(), "what its links named stays");
+        // Another file system's directories are not entered.
+        std::fs::create_dir_all(c.join("a")).unwrap();
+        remove_entry(&containers, std::ffi::OsStr::new("slurm-7-dev"), dev + 1, 0);
+        assert!(c.join("a").is_dir());
     }
 
     #[test]

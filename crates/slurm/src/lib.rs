@@ -7,7 +7,7 @@
 //! Install (one line in plugstack.conf; arguments optional):
 //!
 //! ```text
-//! required /usr/local/lib/berth/libberth_spank.so berth=/usr/local/bin/berth named_linger=3600 batch_modules=slurm
+//! required /usr/local/lib/berth/libberth_spank.so berth=/usr/local/bin/berth batch_modules=slurm
 //! ```
 //!
 //! (`batch_modules`: site modules for batch scripts' containers, such as one

@@ -89,15 +89,17 @@ impl Default for Options {
 /// What `--container-name=NAME:FLAG` asks of a named container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum NameFlag {
-    /// `auto` (the default): join it if it runs on the node, else create it.
+    /// `auto` (the default): join it if it runs on the node, else start it
+    /// from its changes (create it if the job has none on the node).
     #[default]
     Auto,
     /// `create`: it must not exist yet.
     Create,
-    /// `exec`: it must exist; the task joins it.
+    /// `exec`: it must run; the task joins it.
     Exec,
-    /// `no_exec`: Pyxis starts the container's file system afresh; berth's
-    /// named container is one live container, so this joins it as `auto`.
+    /// `no_exec`: Pyxis starts a second instance on the same files where
+    /// one runs; overlayfs cannot share a writable layer, so berth joins
+    /// the one that runs, as `auto`.
     NoExec,
 }
 
@@ -306,10 +308,11 @@ pub const OPTIONS: &[(&str, Option<&str>, &str)] = &[
     ("container-unshare", Some("net,ipc,uts"), "[berth] namespaces of the container's own (the node's tasks share them): net (no network but loopback), ipc, uts"),
 ];
 
-/// How long a named container stays after its last task when the plugin
-/// is not told otherwise (`named_linger=` in plugstack.conf): long enough
-/// for the next step; the job's end removes it earlier.
-pub const NAMED_LINGER_SECONDS: u64 = 3600;
+/// How long a named container's instance stays after its last task when
+/// the plugin is not told otherwise (`named_linger=` in plugstack.conf):
+/// none, as in Pyxis, where each step starts the container anew from its
+/// changes (kept on the node until the job ends) with its own options.
+pub const NAMED_LINGER_SECONDS: u64 = 0;
 
 /// The shared container key of a task's step (or of its named container).
 pub fn key(opts: &Options, task: &Task) -> String {
@@ -362,18 +365,29 @@ pub fn berth_argv(
         && opts.save.is_none()
         && global.is_none();
     // A named container is joined as it runs (Pyxis's auto): its image and
-    // options are those it was made with.
+    // options are those it was made with. One that does not run is started
+    // again from its changes, with the step's options.
     let reuse = match (image, opts.name_flag) {
-        (None, _) | (_, NameFlag::Exec) => "existing",
+        (_, NameFlag::Exec) if !named.global => "running",
+        (_, NameFlag::Exec) => "existing",
+        (None, _) => "existing",
         (_, NameFlag::Create) => "new",
         (_, NameFlag::Auto | NameFlag::NoExec) => "any",
     };
     if shared {
         a.push("--shared".into());
         a.push(key(opts, task));
-        if opts.name.is_some() {
+        if let Some(name) = &opts.name {
             a.extend(["--linger".into(), named.linger.to_string()]);
             a.extend(["--reuse".into(), reuse.into()]);
+            // The changes are kept on the node for the job's later steps
+            // (`:exec` only joins the container that runs).
+            if opts.name_flag != NameFlag::Exec {
+                a.extend(["--name".into(), name.clone()]);
+                if !opts.writable {
+                    a.push("--name-readonly".into());
+                }
+            }
         }
     }
     if let Some(name) = global {
@@ -470,7 +484,7 @@ pub fn berth_argv(
                 .into_iter()
                 .flat_map(|i| ["--image".to_string(), i.to_string()]),
         );
-    } else if reuse != "existing" || !(shared || global.is_some()) {
+    } else if !matches!(reuse, "existing" | "running") || !(shared || global.is_some()) {
         a.extend(image.map(str::to_string));
     }
     a.extend(task.argv.iter().cloned());

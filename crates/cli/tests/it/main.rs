@@ -40,6 +40,7 @@ mod slurm_global;
 mod slurm_join;
 mod slurm_pyxis;
 mod slurm_pyxis_ids;
+mod slurm_pyxis_named;
 mod slurm_spank;
 mod slurm_srun;
 mod squashfs_profile;

@@ -272,11 +272,12 @@ fn spank_batch_job_and_named_container_across_steps() {
     );
 
     // Two steps of one job: the second sees what the first wrote in the
-    // named container; the job's end removes it.
-    let berth = sb.env.berth.to_string_lossy();
+    // named container (kept on the node between its steps); the job's end
+    // removes it.
     let steps = format!(
         "srun -N1 --container-name=dev --container-writable {img} sh -c 'echo kept > /marker' && \
-         srun -N1 --container-name=dev --container-writable {img} cat /marker && {berth} ps -q"
+         srun -N1 --container-name=dev --container-writable {img} cat /marker && \
+         ls -d $XDG_RUNTIME_DIR/berth/containers/slurm-*-dev.n*/named/upper"
     );
     let out = slurm(&sb, "/usr/bin/salloc", &["-N1", "sh", "-c", &steps])
         .ok()
@@ -284,17 +285,15 @@ fn spank_batch_job_and_named_container_across_steps() {
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.first(), Some(&"kept"), "{out}");
     assert!(
-        lines
-            .iter()
-            .any(|l| l.starts_with("slurm-") && l.contains("-dev.n")),
+        lines.get(1).is_some_and(|l| l.ends_with("/named/upper")),
         "{out}"
     );
+    let kept = std::path::PathBuf::from(lines[1]);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
-    let listed = || sb.run(&["ps", "-q"]).ok().stdout();
-    while !listed().is_empty() && std::time::Instant::now() < deadline {
+    while kept.exists() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    assert_eq!(listed(), "", "the job epilog removes named containers");
+    assert!(!kept.exists(), "the job epilog removes named containers");
 }
 
 #[test]

@@ -79,7 +79,7 @@ fn every_option_maps() {
     .join(" ");
     assert_eq!(
         a,
-        "b run --argv0-fallback --env-below-image --shared slurm-42-dev --linger 60 --reuse existing --entrypoint-first --entrypoint-log -v /data:/data -v /scratch:/s:ro -v /spool:/spool:ro --tmpfs /t:size=1G -w /work --workdir-must-exist -e A -e B --writable --no-home --fakeroot --gpus 0,1 --mpi --module cxi /usr/bin/hostname -s"
+        "b run --argv0-fallback --env-below-image --shared slurm-42-dev --linger 60 --reuse running --entrypoint-first --entrypoint-log -v /data:/data -v /scratch:/s:ro -v /spool:/spool:ro --tmpfs /t:size=1G -w /work --workdir-must-exist -e A -e B --writable --no-home --fakeroot --gpus 0,1 --mpi --module cxi /usr/bin/hostname -s"
     );
 }
 
@@ -110,24 +110,30 @@ fn named_containers_are_joined_as_they_run() {
     let mut o = Options::default();
     apply(&mut o, "container-name", Some("dev")).unwrap();
     let t = task(Step::Id(2));
+    // Without an image: joined where it runs, else started from its
+    // changes on the node, stacked read-only unless the step is writable.
     let a = berth_argv("b", &o, None, &t, &[], NamedSite::job(5)).join(" ");
     assert!(
-        a.contains("--shared slurm-42-dev --linger 5 --reuse existing")
+        a.contains("--shared slurm-42-dev --linger 5 --reuse existing --name dev --name-readonly")
             && a.ends_with("--workdir-image /usr/bin/hostname -s"),
         "{a}"
     );
+    apply(&mut o, "container-writable", None).unwrap();
     let a = berth_argv("b", &o, Some("img"), &t, &[], NamedSite::job(5)).join(" ");
     assert!(
-        a.contains("--reuse any") && a.contains(" img /usr/bin/hostname"),
+        a.contains("--reuse any --name dev ")
+            && !a.contains("--name-readonly")
+            && a.contains(" img /usr/bin/hostname"),
         "{a}"
     );
     apply(&mut o, "container-name", Some("dev:create")).unwrap();
     let a = berth_argv("b", &o, Some("img"), &t, &[], NamedSite::job(5)).join(" ");
     assert!(a.contains("--reuse new"), "{a}");
+    // `:exec` joins the one that runs, or fails: nothing is started.
     apply(&mut o, "container-name", Some("dev:exec")).unwrap();
     let a = berth_argv("b", &o, Some("img"), &t, &[], NamedSite::job(5)).join(" ");
     assert!(
-        a.contains("--reuse existing") && !a.contains(" img "),
+        a.contains("--reuse running") && !a.contains(" img ") && !a.contains("--name"),
         "{a}"
     );
 }

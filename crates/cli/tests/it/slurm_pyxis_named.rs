@@ -1,0 +1,81 @@
+//! Pyxis's named containers under berth's plugin, on the real test Slurm
+//! as the unprivileged user (name.bats, exec.bats; docs/pyxis-suite.md B1
+//! and B3).
+
+use std::path::Path;
+
+use crate::harness::Out;
+use crate::slurm_spank::{image, sandbox};
+
+#[test]
+#[cfg_attr(
+    not(berth_it_slurm),
+    ignore = "needs root, the test fixtures and berth's SPANK plugin: sudo bash tests/setup/setup.sh, then sudo bash tests/setup/slurm_plugin.sh target/debug"
+)]
+fn pyxis_named_containers_keep_their_changes_across_steps() {
+    let sb = sandbox();
+    let img = image(&sb, "debian-python");
+    // As Pyxis's named containers (name.bats 2, exec.bats 2 and 6): a
+    // writable step's changes stay for the job's later steps on the node,
+    // which start the container anew, by name alone or with the image,
+    // with their own options (mounts, remap-root); read-only unless the
+    // step is writable. A step that comes while one runs joins it as it is
+    // (its mounts ignored, with a line saying so). `:exec` needs it
+    // running; `:create` a name not used yet; a name alone one that
+    // exists (invalid_args.bats 5). The job's end removes the changes.
+    let steps = format!(
+        "echo job=$SLURM_JOB_ID; \
+         srun -N1 --container-name=dev --container-writable {img} sh -c 'echo kept > /marker'; \
+         echo \"one=$?\"; \
+         srun -N1 --container-name=dev sh -c 'cat /marker; touch /marker 2>/dev/null || echo read-only'; \
+         echo \"two=$?\"; \
+         srun -N1 --container-name=dev --container-mounts=/tmp:/mnt-late --container-remap-root {img} \
+           sh -c 'cat /marker; test -d /mnt-late && echo mnt-late; id -u'; echo \"three=$?\"; \
+         srun -N1 --container-name=dev:exec true; echo \"exec=$?\"; \
+         srun -N1 --container-name=dev:create {img} true; echo \"create=$?\"; \
+         srun -N1 --container-name=nothere true; echo \"nothere=$?\"; \
+         srun -N1 --overlap --container-name=dev sleep 6 & sleep 3; \
+         srun -N1 --overlap --container-name=dev:exec --container-mounts=/tmp:/mnt-joined \
+           sh -c 'cat /marker; test -d /mnt-joined || echo no-mnt-joined'; echo \"joined=$?\"; wait"
+    );
+    let mut c = sb.command(Path::new("/usr/bin/salloc"), &["-N1", "sh", "-c", &steps]);
+    c.env("SLURM_CONF", sb.env.var("BERTH_IT_SLURM_CONF"));
+    c.current_dir(sb.dir.path());
+    let out = Out(c.output().unwrap());
+    let (text, err) = (out.stdout(), out.stderr());
+    for want in [
+        "one=0\n",
+        "kept\nread-only\ntwo=0\n",
+        "kept\nmnt-late\n0\nthree=0\n",
+        "kept\nno-mnt-joined\njoined=0\n",
+    ] {
+        assert!(text.contains(want), "{want:?} in:\n{text}\n{err}");
+    }
+    for refused in ["exec=0", "create=0", "nothere=0"] {
+        assert!(!text.contains(refused), "{refused}: {text}\n{err}");
+    }
+    assert!(err.contains("ignoring --container-mounts"), "{err}");
+    assert!(err.contains("exists already on this node"), "{err}");
+    assert!(err.contains("no image was given to create it"), "{err}");
+    // The job's end removes its named containers' changes on the node.
+    let job = text
+        .lines()
+        .find_map(|l| l.strip_prefix("job="))
+        .unwrap_or_default()
+        .to_string();
+    let containers = sb.dir.path().join("run/berth/containers");
+    let left = || {
+        std::fs::read_dir(&containers)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&format!("slurm-{job}-dev")))
+            .collect::<Vec<_>>()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while !left().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(!job.is_empty() && left().is_empty(), "{job}: {:?}", left());
+}

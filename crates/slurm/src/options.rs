@@ -314,9 +314,19 @@ pub const OPTIONS: &[(&str, Option<&str>, &str)] = &[
 /// changes (kept on the node until the job ends) with its own options.
 pub const NAMED_LINGER_SECONDS: u64 = 0;
 
+/// Whether `name` is a step of job `job` (`JOB.STEP`, the name Pyxis gives
+/// a step's unnamed container): a step that names it joins that step's
+/// container while it runs.
+fn names_a_step(name: &str, job: u32) -> bool {
+    name.split_once('.').is_some_and(|(j, step)| {
+        j == job.to_string() && !step.is_empty() && step.bytes().all(|b| b.is_ascii_digit())
+    })
+}
+
 /// The shared container key of a task's step (or of its named container).
 pub fn key(opts: &Options, task: &Task) -> String {
     let base = match (&opts.name, task.step) {
+        (Some(name), _) if names_a_step(name, task.job_id) => format!("slurm-{name}"),
         (Some(name), _) => format!("slurm-{}-{name}", task.job_id),
         (None, Step::Batch) => format!("slurm-{}.batch", task.job_id),
         (None, Step::Interactive) => format!("slurm-{}.interactive", task.job_id),
@@ -359,7 +369,12 @@ pub fn berth_argv(
     // A named container of global scope is berth's named container in the
     // user's store, each task's own (several tasks of a node stack it
     // read-only); of the job's scope, a shared container of the node.
-    let global = opts.name.as_ref().filter(|_| named.global);
+    // A name of another step's unnamed container joins it while it runs.
+    let step = opts
+        .name
+        .as_deref()
+        .is_some_and(|n| names_a_step(n, task.job_id));
+    let global = opts.name.as_ref().filter(|_| named.global && !step);
     // A saved container is the task's own: a shared one outlives it.
     let shared = (opts.mode == Mode::Shared || opts.name.is_some())
         && opts.save.is_none()
@@ -368,6 +383,7 @@ pub fn berth_argv(
     // options are those it was made with. One that does not run is started
     // again from its changes, with the step's options.
     let reuse = match (image, opts.name_flag) {
+        _ if step => "running",
         (_, NameFlag::Exec) if !named.global => "running",
         (_, NameFlag::Exec) => "existing",
         (None, _) => "existing",
@@ -382,7 +398,7 @@ pub fn berth_argv(
             a.extend(["--reuse".into(), reuse.into()]);
             // The changes are kept on the node for the job's later steps
             // (`:exec` only joins the container that runs).
-            if opts.name_flag != NameFlag::Exec {
+            if opts.name_flag != NameFlag::Exec && !step {
                 a.extend(["--name".into(), name.clone()]);
                 if !opts.writable {
                     a.push("--name-readonly".into());

@@ -22,7 +22,9 @@ fn pyxis_named_containers_keep_their_changes_across_steps() {
     // step is writable. A step that comes while one runs joins it as it is
     // (its mounts ignored, with a line saying so). `:exec` needs it
     // running; `:create` a name not used yet; a name alone one that
-    // exists (invalid_args.bats 5). The job's end removes the changes.
+    // exists (invalid_args.bats 5). A step's unnamed container is joined
+    // by the name JOB.STEP while it runs (exec.bats 3). The job's end
+    // removes the changes.
     let steps = format!(
         "echo job=$SLURM_JOB_ID; \
          srun -N1 --container-name=dev --container-writable {img} sh -c 'echo kept > /marker'; \
@@ -36,7 +38,11 @@ fn pyxis_named_containers_keep_their_changes_across_steps() {
          srun -N1 --container-name=nothere true; echo \"nothere=$?\"; \
          srun -N1 --overlap --container-name=dev sleep 6 & sleep 3; \
          srun -N1 --overlap --container-name=dev:exec --container-mounts=/tmp:/mnt-joined \
-           sh -c 'cat /marker; test -d /mnt-joined || echo no-mnt-joined'; echo \"joined=$?\"; wait"
+           sh -c 'cat /marker; test -d /mnt-joined || echo no-mnt-joined'; echo \"joined=$?\"; wait; \
+         s=$(srun -N1 sh -c 'echo $SLURM_STEP_ID'); \
+         srun -N1 --overlap {img} sleep 6 & sleep 3; \
+         srun -N1 --overlap --container-name=$SLURM_JOB_ID.$((s + 1)) sh -c 'echo in-$container'; \
+         echo \"unnamed=$?\"; wait"
     );
     let mut c = sb.command(Path::new("/usr/bin/salloc"), &["-N1", "sh", "-c", &steps]);
     c.env("SLURM_CONF", sb.env.var("BERTH_IT_SLURM_CONF"));
@@ -48,6 +54,7 @@ fn pyxis_named_containers_keep_their_changes_across_steps() {
         "kept\nread-only\ntwo=0\n",
         "kept\nmnt-late\n0\nthree=0\n",
         "kept\nno-mnt-joined\njoined=0\n",
+        "in-berth\nunnamed=0\n",
     ] {
         assert!(text.contains(want), "{want:?} in:\n{text}\n{err}");
     }

@@ -139,6 +139,34 @@ fn named_containers_are_joined_as_they_run() {
 }
 
 #[test]
+fn a_steps_name_joins_its_unnamed_container() {
+    // Pyxis's name of step 3's unnamed container in job 42 (exec.bats 3).
+    let mut o = Options::default();
+    apply(&mut o, "container-name", Some("42.3")).unwrap();
+    let t = task(Step::Id(4));
+    for named in [
+        NamedSite::job(0),
+        NamedSite {
+            linger: 0,
+            global: true,
+        },
+    ] {
+        let a = berth_argv("b", &o, Some("img"), &t, &[], named).join(" ");
+        assert!(
+            a.contains("--shared slurm-42.3 --linger 0 --reuse running ")
+                && !a.contains("--name")
+                && !a.contains(" img "),
+            "{a}"
+        );
+    }
+    // Another job's step, or not a step: a name as any other.
+    apply(&mut o, "container-name", Some("41.3")).unwrap();
+    assert_eq!(key(&o, &t), "slurm-42-41.3");
+    apply(&mut o, "container-name", Some("42.x")).unwrap();
+    assert_eq!(key(&o, &t), "slurm-42-42.x");
+}
+
+#[test]
 fn global_named_containers_are_berths_named_containers() {
     let global = NamedSite {
         linger: 5,

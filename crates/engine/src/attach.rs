@@ -73,7 +73,7 @@ pub(crate) fn attached(req: &RunRequest) -> Result<Option<shared::SharedInfo>> {
         Reuse::Any => Ok(shared::lookup(&s.key)?),
         Reuse::Running => match shared::lookup_in_use(&s.key)? {
             Some(info) => Ok(Some(info)),
-            None => Err(shared::not_running(&s.key).into()),
+            None => Err(shared::not_in_use(&s.key).into()),
         },
         Reuse::Existing => match shared::lookup(&s.key)? {
             Some(info) => Ok(Some(info)),

@@ -22,7 +22,7 @@ use berth_runtime::container::{ImageSpec, Process, RunSpec};
 use berth_runtime::entrypoint_first::EntrypointFirst;
 use berth_runtime::seccomp::{RootEmulation, Seccomp};
 use berth_runtime::semantics::{self, ImageDefaults, UserRequest};
-use berth_runtime::shared::{self, Placement, Reuse};
+use berth_runtime::shared::{self, NamedPlan, Placement, Reuse};
 use berth_runtime::IdMode;
 use serde::Serialize;
 
@@ -363,7 +363,8 @@ pub fn prepare(
                     .unwrap_or_else(|_| req.image.clone()),
                 false => req.image.clone(),
             };
-            let dir = named::prepare(dir, name, &image, &img.record.id, mode)?;
+            let on_node = req.shared.is_some();
+            let dir = named::prepare(dir, name, (&image, &img.record.id), mode, on_node)?;
             Some(match req.name_readonly {
                 true => format!("{}:ro", dir.display()),
                 false => dir.display().to_string(),
@@ -493,7 +494,10 @@ pub fn prepare(
                 (reuse, _) => reuse,
             },
             hand_over: s.hand_over,
-            fresh: named_at.is_some(),
+            named: req.kept_name().map(|_| match attached {
+                Some(_) => NamedPlan::Join,
+                None => NamedPlan::Fresh,
+            }),
         }),
         save: save_job,
         per_task_env,

@@ -88,31 +88,39 @@ pub fn validate_name(name: &str) -> Result<()> {
 /// The directory of named container `name`: in the store
 /// (`STORE/containers/NAME`, `berth run --name`), or, for the named
 /// container of shared container `shared` (`--shared KEY --name NAME`,
-/// the Slurm plugin's named containers), beside that container's record
-/// on this node (`RUNTIME/containers/KEY/named`), where the job's end
-/// removes it: a later instance of the key goes on from its changes.
+/// the Slurm plugin's named containers), on this node under the key
+/// (`RUNTIME/named/KEY`), where the job's end removes it: a later instance
+/// of the key goes on from its changes.
 pub fn dir_of(config: &Config, name: &str, shared: Option<&str>) -> Result<PathBuf> {
     validate_name(name)?;
     match shared {
         None => Ok(containers_dir(config).join(name)),
-        Some(key) => Ok(berth_runtime::shared::container_dir(key)?.join("named")),
+        Some(key) => Ok(berth_runtime::shared::named_dir(key)?),
     }
 }
 
 /// The directory `dir` ([`dir_of`]) of container `name` for a run of image
 /// `image_id` (`image` as the user gave it) in `mode`: made with its
 /// record on first use. An error when the container was made from
-/// another image.
+/// another image. `on_node`: a shared container's (the Slurm plugin's),
+/// for the message.
 pub fn prepare(
     dir: &Path,
     name: &str,
-    image: &str,
-    image_id: &str,
+    (image, image_id): (&str, &str),
     mode: IdMode,
+    on_node: bool,
 ) -> Result<PathBuf> {
     let dir = dir.to_path_buf();
     match read(&dir) {
         Ok(mut record) => {
+            if record.image_id != image_id && on_node {
+                return Err(Error::Usage(format!(
+                    "container {name} was made from {} ({}) on this node in this job, not from {image}: give that image, or none (the container's own is run), or another name",
+                    record.image,
+                    short(&record.image_id),
+                )));
+            }
             if record.image_id != image_id {
                 return Err(Error::Usage(format!(
                     "container {name} was made from {} ({}), not from {image}: run it with that image (berth run --name {name} {}), or remove it first (berth rm {name})",
@@ -442,7 +450,7 @@ mod tests {
 
     /// Container `dev` of the store of `c`, prepared for a run.
     fn dev(c: &Config, image: &str, id: &str, mode: IdMode) -> Result<PathBuf> {
-        prepare(&dir_of(c, "dev", None)?, "dev", image, id, mode)
+        prepare(&dir_of(c, "dev", None)?, "dev", (image, id), mode, false)
     }
 
     #[test]

@@ -75,12 +75,24 @@ pub fn start(
         show(&launch);
         Ok::<_, Error>(launch)
     };
-    match run(prepared(true)?) {
-        Err(Error::Runtime(berth_runtime::Error::ImageMissing(_)))
-            if node_cache::forget(&req.image) =>
-        {
-            run(prepared(false)?)
+    // A named container kept on the node that a task joined or left while
+    // the run was prepared: prepared again (as it stands now).
+    let mut replans = 0;
+    loop {
+        match run(prepared(true)?) {
+            Err(Error::Runtime(berth_runtime::Error::Replan(_))) if replans < REPLANS => {
+                replans += 1;
+            }
+            Err(Error::Runtime(berth_runtime::Error::ImageMissing(_)))
+                if node_cache::forget(&req.image) =>
+            {
+                return run(prepared(false)?);
+            }
+            result => return result,
         }
-        result => result,
     }
 }
+
+/// How many times a run is prepared again when its named container
+/// changed meanwhile ([`berth_runtime::Error::Replan`]).
+const REPLANS: u32 = 5;

@@ -47,6 +47,11 @@ pub enum Error {
     /// moved since the record was read).
     #[error("the image file {0} is gone (removed from the store or moved); pull or import the image again")]
     ImageMissing(PathBuf),
+    /// A named container kept on the node changed between the run's
+    /// preparation and its placement (a step's tasks came or went): the
+    /// run is prepared again.
+    #[error("shared container {0} changed while the run was prepared (a task joined or left it); run again")]
+    Replan(String),
     /// Anything else in the set-up.
     #[error("{0}")]
     Setup(String),

@@ -9,9 +9,9 @@
 //! - a record is read only if it is a regular file of the job user's of at
 //!   most [`MAX_RECORD`] bytes, opened non-blocking (a FIFO or a symlink to
 //!   `/dev/zero` in its place cannot hang or exhaust the epilog);
-//! - a container's directory (its record, locks and a named container's
-//!   changes) is removed through descriptors, following no symlink and
-//!   crossing no mount ([`remove_entry`]);
+//! - a container's directory (its record and locks) and a named
+//!   container's changes are removed through descriptors, following no
+//!   symlink and crossing no mount ([`remove_entry`]);
 //! - a process is signalled only if it is a berth holder (`berth
 //!   __holder`, the plugin's berth binary where it is known) of the job
 //!   user whose start time is the record's, through a pidfd taken and
@@ -131,11 +131,16 @@ pub fn remove_named_containers(uid: u32, job: u32, berth: Option<&Path>) {
             {
                 kill_holder(pid, start, uid, berth_id);
             }
-            // Its changes (a named container's, kept for the job's later
-            // steps) go with the job, and its record and locks with them.
-            if let Some(dev) = meta(&dir).map(|m| m.dev()) {
-                drop(dir);
-                remove_entry(&containers, &name, dev, 0);
+            // Its record and locks go with the job.
+            drop(dir);
+            remove_entry(&containers, &name, 0);
+        }
+        // The changes kept for the job's later steps (`RUNTIME/named/KEY`).
+        if let Some(named) = private_dir(Some(&base), Path::new("named"), uid) {
+            for name in entries(&named) {
+                if name.to_string_lossy().starts_with(&prefix) {
+                    remove_entry(&named, &name, 0);
+                }
             }
         }
     }
@@ -147,35 +152,59 @@ const MAX_DEPTH: usize = 256;
 
 /// Removes entry `name` of the open directory `parent` and everything
 /// below it, as root in a directory of the user's. Nothing found there is
-/// trusted: no symlink is followed (entries are looked at with
-/// `AT_SYMLINK_NOFOLLOW` and directories opened with `O_NOFOLLOW`),
-/// directories are entered only on file system `dev` (no mount the user
-/// made is crossed), and only through descriptors, so a directory renamed
-/// elsewhere meanwhile is still one of the user's. Errors leave the entry.
-fn remove_entry(parent: &OwnedFd, name: &std::ffi::OsStr, dev: u64, depth: usize) {
-    use rustix::fs::{statat, unlinkat, AtFlags, FileType};
-    let Ok(st) = statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) else {
+/// trusted: each entry is resolved with `openat2` beneath its directory,
+/// following no symlink and not leaving the file system
+/// (`RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV`), so a mount
+/// point (a FUSE server of the user's) is not entered, not even looked at,
+/// and stays; directories are entered only through descriptors, so one
+/// renamed elsewhere meanwhile is still one of the user's. Errors leave
+/// the entry.
+fn remove_entry(parent: &OwnedFd, name: &std::ffi::OsStr, depth: usize) {
+    use rustix::fs::{fstat, unlinkat, AtFlags, FileType, OFlags};
+    // O_PATH: a FIFO or a device is not opened, a symlink is itself.
+    let Some(st) = open_beneath(parent, name, OFlags::PATH).and_then(|at| fstat(&at).ok()) else {
         return;
     };
     if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
         let _ = unlinkat(parent, name, AtFlags::empty());
         return;
     }
-    if st.st_dev != dev || depth >= MAX_DEPTH {
+    if depth >= MAX_DEPTH {
         return;
     }
-    if let Some(dir) = open_at(
-        Some(parent),
-        Path::new(name),
-        libc::O_RDONLY | libc::O_DIRECTORY,
-    )
-    .filter(|d| meta(d).is_some_and(|m| m.dev() == dev))
-    {
+    if let Some(dir) = open_beneath(parent, name, OFlags::RDONLY | OFlags::DIRECTORY) {
         for entry in entries(&dir) {
-            remove_entry(&dir, &entry, dev, depth + 1);
+            remove_entry(&dir, &entry, depth + 1);
         }
     }
     let _ = unlinkat(parent, name, AtFlags::REMOVEDIR);
+}
+
+/// Entry `name` of `parent`, opened with `flags` without following a
+/// symlink or leaving `parent`'s file system (`openat2` with
+/// `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV`). Before Linux
+/// 5.6: `openat` with `O_NOFOLLOW`, then a check that it is on `parent`'s
+/// file system (a mount point's root is then looked at once).
+// berth_runtime's Kernel::open_in_root resolves inside a root, following
+// symlinks there; this is one name beneath a directory, following none.
+#[allow(clippy::disallowed_methods)]
+fn open_beneath(
+    parent: &OwnedFd,
+    name: &std::ffi::OsStr,
+    flags: rustix::fs::OFlags,
+) -> Option<OwnedFd> {
+    use rustix::fs::{fstat, openat, openat2, Mode, OFlags, ResolveFlags};
+    let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_XDEV;
+    match openat2(parent, name, flags, Mode::empty(), resolve) {
+        Ok(fd) => Some(fd),
+        Err(rustix::io::Errno::NOSYS) => {
+            let fd = openat(parent, name, flags, Mode::empty()).ok()?;
+            let same = fstat(&fd).ok()?.st_dev == fstat(parent).ok()?.st_dev;
+            same.then_some(fd)
+        }
+        Err(_) => None,
+    }
 }
 
 /// Whether `pid` is, right now, a berth holder of `uid` started at `start`.
@@ -343,14 +372,13 @@ mod tests {
             libc::O_RDONLY | libc::O_DIRECTORY,
         )
         .unwrap();
-        let dev = meta(&containers).unwrap().dev();
-        remove_entry(&containers, std::ffi::OsStr::new("slurm-7-dev"), dev, 0);
+        remove_entry(&containers, std::ffi::OsStr::new("slurm-7-dev"), 0);
         assert!(!c.exists(), "the container's directory is gone");
         assert!(outside.join("keep").is_file(), "what its links named stays");
-        // Another file system's directories are not entered.
-        std::fs::create_dir_all(c.join("a")).unwrap();
-        remove_entry(&containers, std::ffi::OsStr::new("slurm-7-dev"), dev + 1, 0);
-        assert!(c.join("a").is_dir());
+        // A symlink in its place: removed, not followed.
+        std::os::unix::fs::symlink(&outside, &c).unwrap();
+        remove_entry(&containers, std::ffi::OsStr::new("slurm-7-dev"), 0);
+        assert!(!c.exists() && outside.join("keep").is_file());
     }
 
     #[test]

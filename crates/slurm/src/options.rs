@@ -136,21 +136,17 @@ pub struct Task {
 /// How the site keeps named containers (plugstack.conf).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NamedSite {
-    /// `named_linger=`: seconds a job's named container stays after its
-    /// last task (the job's end removes it earlier).
-    pub linger: u64,
     /// `container_scope=global`: named containers outlive their job, as
     /// berth's named containers (`berth run --name`) in the user's store.
     pub global: bool,
 }
 
 impl NamedSite {
-    /// Named containers of the job (`container_scope=job`, the default).
-    pub const fn job(linger: u64) -> Self {
-        NamedSite {
-            linger,
-            global: false,
-        }
+    /// Named containers of the job (`container_scope=job`, the default):
+    /// their changes are kept on the node until the job ends, and each
+    /// step starts them anew from those.
+    pub const fn job() -> Self {
+        NamedSite { global: false }
     }
 }
 
@@ -289,7 +285,7 @@ pub const OPTIONS: &[(&str, Option<&str>, &str)] = &[
     ("container-image", Some("IMAGE"), "[berth] run the tasks in a container of IMAGE (a registry reference, enroot's REGISTRY#IMAGE, a name or id in the berth store, or a SIF or squashfs file: ./image.sqsh)"),
     ("container-mounts", Some("SRC[:DST[:FLAGS]],..."), "[berth] bind host paths into the container (SRC a path, or tmpfs; FLAGS joined by +: ro, rw, noexec, rprivate, unbindable...)"),
     ("container-workdir", Some("DIR"), "[berth] working directory inside the container"),
-    ("container-name", Some("NAME[:auto|create|exec|no_exec]"), "[berth] a named container: later steps of the job on the node join it, with or without --container-image (it stays until the job ends)"),
+    ("container-name", Some("NAME[:auto|create|exec|no_exec]"), "[berth] a named container: its changes stay on the node until the job ends, and later steps start it from them (or join it while it runs), with or without --container-image"),
     ("container-writable", None, "[berth] make the container's file system writable (changes live in memory)"),
     ("container-readonly", None, "[berth] keep the container's file system read-only (default)"),
     ("container-mount-home", None, "[berth] bind the user's home directory (default)"),
@@ -307,12 +303,6 @@ pub const OPTIONS: &[(&str, Option<&str>, &str)] = &[
     ("environment", Some("NAME|PATH"), "[berth] run as the environment definition file says (CSCS's EDF: NAME.toml in EDF_PATH or ~/.edf, or a path); --container-* options add to it"),
     ("container-unshare", Some("net,ipc,uts"), "[berth] namespaces of the container's own (the node's tasks share them): net (no network but loopback), ipc, uts"),
 ];
-
-/// How long a named container's instance stays after its last task when
-/// the plugin is not told otherwise (`named_linger=` in plugstack.conf):
-/// none, as in Pyxis, where each step starts the container anew from its
-/// changes (kept on the node until the job ends) with its own options.
-pub const NAMED_LINGER_SECONDS: u64 = 0;
 
 /// Whether `name` is a step of job `job` (`JOB.STEP`, the name Pyxis gives
 /// a step's unnamed container): a step that names it joins that step's
@@ -394,7 +384,6 @@ pub fn berth_argv(
         a.push("--shared".into());
         a.push(key(opts, task));
         if let Some(name) = &opts.name {
-            a.extend(["--linger".into(), named.linger.to_string()]);
             a.extend(["--reuse".into(), reuse.into()]);
             // The changes are kept on the node for the job's later steps
             // (`:exec` only joins the container that runs).

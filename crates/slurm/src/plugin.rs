@@ -9,7 +9,7 @@ use std::process::Command;
 use slurm_spank::{Context, Plugin, SpankHandle, SpankOption, SLURM_VERSION_NUMBER, SPANK_PLUGIN};
 
 use crate::gather::{self, Given};
-use crate::options::{self, Options, Step, Task, NAMED_LINGER_SECONDS, OPTIONS};
+use crate::options::{self, Options, Step, Task, OPTIONS};
 
 /// `plugin_version`: the Slurm found at build time, else the bindings'.
 const VERSION: u32 = if crate::BUILT_FOR != 0 {
@@ -36,7 +36,6 @@ const INTERACTIVE_STEP: u32 = 0xffff_fffa;
 #[derive(Default)]
 struct BerthPlugin {
     berth: String,
-    named_linger: u64,
     /// `container_scope=global`: named containers outlive the job.
     global_names: bool,
     /// Site modules every batch script's container gets
@@ -211,7 +210,6 @@ impl BerthPlugin {
 unsafe impl Plugin for BerthPlugin {
     fn init(&mut self, spank: &mut SpankHandle) -> Res {
         self.berth = "berth".into();
-        self.named_linger = NAMED_LINGER_SECONDS;
         for arg in spank.plugin_argv()? {
             match arg.split_once('=') {
                 Some(("berth", path)) => self.berth = path.to_string(),
@@ -233,17 +231,18 @@ unsafe impl Plugin for BerthPlugin {
                         }
                     }
                 }
+                // Earlier berths kept a named container running this long
+                // between steps; each step now starts it anew (as Pyxis).
                 Some(("named_linger", s)) => {
-                    self.named_linger = s
-                        .parse()
-                        .map_err(|_| fail(format!("berth plugin: named_linger={s}: not a number of seconds")))?
+                    s.parse::<u64>()
+                        .map_err(|_| fail(format!("berth plugin: named_linger={s}: not a number of seconds")))?;
                 }
                 Some((key, value)) if gather::is_site_default(key) => {
                     gather::site_default(&mut self.site, key, value)
                         .unwrap_or(Ok(()))
                         .map_err(fail)?
                 }
-                _ => return Err(fail(format!("berth plugin: unknown argument {arg:?} in plugstack.conf (berth=PATH, named_linger=SECONDS, container_scope=job|global, batch_modules=NAME,..., writable=yes|no, mount_home=yes|no, remap_root=yes|no)"))),
+                _ => return Err(fail(format!("berth plugin: unknown argument {arg:?} in plugstack.conf (berth=PATH, container_scope=job|global, batch_modules=NAME,..., writable=yes|no, mount_home=yes|no, remap_root=yes|no)"))),
             }
         }
         if matches!(spank.context()?, Context::Slurmd | Context::JobScript) {
@@ -385,7 +384,6 @@ unsafe impl Plugin for BerthPlugin {
             &task,
             &extra,
             options::NamedSite {
-                linger: self.named_linger,
                 global: self.global_names,
             },
         );

@@ -21,14 +21,16 @@ fn pyxis_named_containers_keep_their_changes_across_steps() {
     // with their own options (mounts, remap-root); read-only unless the
     // step is writable. A step that comes while one runs joins it as it is
     // (its mounts ignored, with a line saying so). `:exec` needs it
-    // running; `:create` a name not used yet; a name alone one that
+    // running; `:create` a name not used yet (`berth ps` between steps
+    // leaves the changes); a name alone one that
     // exists (invalid_args.bats 5). A step's unnamed container is joined
     // by the name JOB.STEP while it runs (exec.bats 3). The job's end
     // removes the changes.
+    let berth = sb.env.berth.to_string_lossy();
     let steps = format!(
         "echo job=$SLURM_JOB_ID; \
          srun -N1 --container-name=dev --container-writable {img} sh -c 'echo kept > /marker'; \
-         echo \"one=$?\"; \
+         echo \"one=$?\"; {berth} ps -a > /dev/null; \
          srun -N1 --container-name=dev sh -c 'cat /marker; touch /marker 2>/dev/null || echo read-only'; \
          echo \"two=$?\"; \
          srun -N1 --container-name=dev --container-mounts=/tmp:/mnt-late --container-remap-root {img} \
@@ -64,17 +66,18 @@ fn pyxis_named_containers_keep_their_changes_across_steps() {
     assert!(err.contains("ignoring --container-mounts"), "{err}");
     assert!(err.contains("exists already on this node"), "{err}");
     assert!(err.contains("no image was given to create it"), "{err}");
+    assert!(err.contains("no task runs in a shared container"), "{err}");
     // The job's end removes its named containers' changes on the node.
     let job = text
         .lines()
         .find_map(|l| l.strip_prefix("job="))
         .unwrap_or_default()
         .to_string();
-    let containers = sb.dir.path().join("run/berth/containers");
+    let runtime = sb.dir.path().join("run/berth");
     let left = || {
-        std::fs::read_dir(&containers)
-            .into_iter()
-            .flatten()
+        ["containers", "named"]
+            .iter()
+            .flat_map(|d| std::fs::read_dir(runtime.join(d)).into_iter().flatten())
             .flatten()
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .filter(|n| n.starts_with(&format!("slurm-{job}-dev")))

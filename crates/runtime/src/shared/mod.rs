@@ -31,8 +31,11 @@ pub mod anchor;
 mod create;
 pub mod in_place;
 mod join;
+mod named;
 
 pub use anchor::anchor_main;
+use named::{in_use, processes_in, replace_idle};
+pub use named::{lookup_in_use, named_dir, not_in_use, NamedPlan};
 
 /// The decision lock of a container's directory.
 const DECIDE_LOCK: &str = "lock";
@@ -141,11 +144,10 @@ pub struct Placement {
     /// ([`in_place`]); the command is not run.
     #[serde(skip)]
     pub hand_over: bool,
-    /// A container under the key that runs no task is ended and made
-    /// anew for this one (a named container of the Slurm plugin's: each
-    /// step starts it afresh from its kept changes, with its own options,
-    /// as Pyxis does); one that runs tasks is joined.
-    pub fresh: bool,
+    /// For a named container kept on the node (the Slurm plugin's): what
+    /// the run was prepared for, checked again under the key's decision
+    /// lock ([`Error::Replan`] where it no longer holds).
+    pub named: Option<NamedPlan>,
 }
 
 /// Which live container under a key a task joins, and whether it may
@@ -277,13 +279,28 @@ pub fn place(
                     info.image
                 )))
             }
-            Some(_) if placement.reuse == Reuse::Running && deciding.idle()? => {
-                return Err(not_running(key))
+            Some(info) if placement.reuse == Reuse::Running && !in_use(deciding.idle()?, &info) => {
+                return Err(not_in_use(key))
             }
-            Some(info) if placement.fresh && deciding.idle()? => {
-                replace_idle(&info)?;
-                deciding.end();
-                continue;
+            Some(info) if placement.named.is_some() => {
+                let busy = in_use(deciding.idle()?, &info);
+                match (placement.named, busy) {
+                    (Some(NamedPlan::Fresh), true) | (Some(NamedPlan::Join), false) => {
+                        return Err(Error::Replan(key.clone()))
+                    }
+                    (Some(NamedPlan::Fresh), false) => {
+                        replace_idle(&info)?;
+                        deciding.end();
+                        continue;
+                    }
+                    _ => match deciding.try_share()? {
+                        Some(share) => {
+                            let_go();
+                            (info, share)
+                        }
+                        None => return Err(Error::Replan(key.clone())),
+                    },
+                }
             }
             Some(info) if info.fingerprint != wanted && placement.reuse == Reuse::Same => {
                 return Err(Error::Usage(format!(
@@ -303,9 +320,11 @@ pub fn place(
                     continue;
                 }
             },
-            None if matches!(placement.reuse, Reuse::Existing | Reuse::Running) => {
-                return Err(not_running(key))
+            None if placement.reuse == Reuse::Running => return Err(not_in_use(key)),
+            None if placement.named == Some(NamedPlan::Join) => {
+                return Err(Error::Replan(key.clone()))
             }
+            None if placement.reuse == Reuse::Existing => return Err(not_running(key)),
             None => {
                 let info = create::create(spec, &dir, placement, wanted.clone(), image_file, let_go)?;
                 (info, deciding.share()?)
@@ -409,39 +428,6 @@ pub fn lookup(key: &str) -> Result<Option<SharedInfo>> {
     Ok(read_alive(&containers_dir()?.join(key)))
 }
 
-/// The record of the live shared container `key` while a task runs in it
-/// (`None` for one whose tasks all left, which a [`Placement::fresh`]
-/// task replaces).
-pub fn lookup_in_use(key: &str) -> Result<Option<SharedInfo>> {
-    let Some(info) = lookup(key)? else {
-        return Ok(None);
-    };
-    let dir = containers_dir()?.join(key);
-    let idle = node::open_lock(&dir.join("users.lock"))
-        .map(|users| users.try_lock().is_ok())
-        .unwrap_or(false);
-    Ok((!idle).then_some(info))
-}
-
-/// Ends the idle container `info` (no task runs in it; its caller holds
-/// the key's decision lock) and waits until its anchor has gone.
-fn replace_idle(info: &SharedInfo) -> Result<()> {
-    let Some(anchor) = node::Pinned::new(info.pid) else {
-        return Ok(());
-    };
-    if !anchor_alive(info) {
-        return Ok(());
-    }
-    if anchor.kill_and_wait(std::time::Duration::from_secs(5)) {
-        Ok(())
-    } else {
-        Err(Error::Setup(format!(
-            "shared container {}: its anchor (pid {}) did not end; it was to be started anew",
-            info.key, info.pid
-        )))
-    }
-}
-
 /// The caller's live shared containers on this node, by key; records of
 /// dead ones are removed.
 pub fn list() -> Result<Vec<Listed>> {
@@ -501,22 +487,6 @@ fn remove_dead(path: &Path) {
     if fs::rename(path, &gone).is_ok() {
         let _ = fs::remove_dir_all(&gone);
     }
-}
-
-/// How many of the caller's processes share the anchor's mount namespace.
-fn processes_in(anchor: i32) -> usize {
-    let Ok(ns) = fs::read_link(format!("/proc/{anchor}/ns/mnt")) else {
-        return 0;
-    };
-    let Ok(procs) = fs::read_dir("/proc") else {
-        return 0;
-    };
-    procs
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| *pid != anchor)
-        .filter(|pid| fs::read_link(format!("/proc/{pid}/ns/mnt")).is_ok_and(|l| l == ns))
-        .count()
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ fn task(step: Step) -> Task {
 
 /// The command line with the job's scope for named containers, joined.
 fn joined(o: &Options, image: Option<&str>, t: &Task) -> String {
-    berth_argv("b", o, image, t, &[], NamedSite::job(0)).join(" ")
+    berth_argv("b", o, image, t, &[], NamedSite::job()).join(" ")
 }
 
 #[test]
@@ -26,7 +26,7 @@ fn defaults_are_pyxis_defaults_and_shared_mode() {
         Some("sha256:ab"),
         &task(Step::Id(3)),
         &[],
-        NamedSite::job(9),
+        NamedSite::job(),
     );
     assert_eq!(
         a,
@@ -74,12 +74,12 @@ fn every_option_maps() {
         Some("img"),
         &task(Step::Batch),
         &["/spool:/spool:ro".into()],
-        NamedSite::job(60),
+        NamedSite::job(),
     )
     .join(" ");
     assert_eq!(
         a,
-        "b run --argv0-fallback --env-below-image --shared slurm-42-dev --linger 60 --reuse running --entrypoint-first --entrypoint-log -v /data:/data -v /scratch:/s:ro -v /spool:/spool:ro --tmpfs /t:size=1G -w /work --workdir-must-exist -e A -e B --writable --no-home --fakeroot --gpus 0,1 --mpi --module cxi /usr/bin/hostname -s"
+        "b run --argv0-fallback --env-below-image --shared slurm-42-dev --reuse running --entrypoint-first --entrypoint-log -v /data:/data -v /scratch:/s:ro -v /spool:/spool:ro --tmpfs /t:size=1G -w /work --workdir-must-exist -e A -e B --writable --no-home --fakeroot --gpus 0,1 --mpi --module cxi /usr/bin/hostname -s"
     );
 }
 
@@ -88,16 +88,16 @@ fn the_images_workdir_unless_one_is_named_or_a_batch_script() {
     let mut o = Options::default();
     let mut t = task(Step::Id(1));
     t.cwd = Some("/home/u/run".into());
-    let a = berth_argv("b", &o, Some("img"), &t, &[], NamedSite::job(0)).join(" ");
+    let a = berth_argv("b", &o, Some("img"), &t, &[], NamedSite::job()).join(" ");
     assert!(
         a.contains(" --workdir-image ") && !a.contains(" -w "),
         "{a}"
     );
     t.step = Step::Batch;
-    let a = berth_argv("b", &o, Some("img"), &t, &[], NamedSite::job(0)).join(" ");
+    let a = berth_argv("b", &o, Some("img"), &t, &[], NamedSite::job()).join(" ");
     assert!(a.contains(" -w /home/u/run "), "{a}");
     apply(&mut o, "container-workdir", Some("/w")).unwrap();
-    let a = berth_argv("b", &o, Some("img"), &t, &[], NamedSite::job(0)).join(" ");
+    let a = berth_argv("b", &o, Some("img"), &t, &[], NamedSite::job()).join(" ");
     assert!(a.contains(" -w /w ") && !a.contains("/home/u/run"), "{a}");
     for (given, dir) in [("../", "/"), ("usr/../bin", "/bin"), ("/a/./b/", "/a/b")] {
         apply(&mut o, "container-workdir", Some(given)).unwrap();
@@ -112,14 +112,14 @@ fn named_containers_are_joined_as_they_run() {
     let t = task(Step::Id(2));
     // Without an image: joined where it runs, else started from its
     // changes on the node, stacked read-only unless the step is writable.
-    let a = berth_argv("b", &o, None, &t, &[], NamedSite::job(5)).join(" ");
+    let a = berth_argv("b", &o, None, &t, &[], NamedSite::job()).join(" ");
     assert!(
-        a.contains("--shared slurm-42-dev --linger 5 --reuse existing --name dev --name-readonly")
+        a.contains("--shared slurm-42-dev --reuse existing --name dev --name-readonly")
             && a.ends_with("--workdir-image /usr/bin/hostname -s"),
         "{a}"
     );
     apply(&mut o, "container-writable", None).unwrap();
-    let a = berth_argv("b", &o, Some("img"), &t, &[], NamedSite::job(5)).join(" ");
+    let a = berth_argv("b", &o, Some("img"), &t, &[], NamedSite::job()).join(" ");
     assert!(
         a.contains("--reuse any --name dev ")
             && !a.contains("--name-readonly")
@@ -127,11 +127,11 @@ fn named_containers_are_joined_as_they_run() {
         "{a}"
     );
     apply(&mut o, "container-name", Some("dev:create")).unwrap();
-    let a = berth_argv("b", &o, Some("img"), &t, &[], NamedSite::job(5)).join(" ");
+    let a = berth_argv("b", &o, Some("img"), &t, &[], NamedSite::job()).join(" ");
     assert!(a.contains("--reuse new"), "{a}");
     // `:exec` joins the one that runs, or fails: nothing is started.
     apply(&mut o, "container-name", Some("dev:exec")).unwrap();
-    let a = berth_argv("b", &o, Some("img"), &t, &[], NamedSite::job(5)).join(" ");
+    let a = berth_argv("b", &o, Some("img"), &t, &[], NamedSite::job()).join(" ");
     assert!(
         a.contains("--reuse running") && !a.contains(" img ") && !a.contains("--name"),
         "{a}"
@@ -144,16 +144,10 @@ fn a_steps_name_joins_its_unnamed_container() {
     let mut o = Options::default();
     apply(&mut o, "container-name", Some("42.3")).unwrap();
     let t = task(Step::Id(4));
-    for named in [
-        NamedSite::job(0),
-        NamedSite {
-            linger: 0,
-            global: true,
-        },
-    ] {
+    for named in [NamedSite::job(), NamedSite { global: true }] {
         let a = berth_argv("b", &o, Some("img"), &t, &[], named).join(" ");
         assert!(
-            a.contains("--shared slurm-42.3 --linger 0 --reuse running ")
+            a.contains("--shared slurm-42.3 --reuse running ")
                 && !a.contains("--name")
                 && !a.contains(" img "),
             "{a}"
@@ -168,10 +162,7 @@ fn a_steps_name_joins_its_unnamed_container() {
 
 #[test]
 fn global_named_containers_are_berths_named_containers() {
-    let global = NamedSite {
-        linger: 5,
-        global: true,
-    };
+    let global = NamedSite { global: true };
     let mut o = Options::default();
     apply(&mut o, "container-name", Some("dev")).unwrap();
     let mut t = task(Step::Id(2));
@@ -216,7 +207,7 @@ fn per_task_mode_and_keys() {
         Some("img"),
         &task(Step::Id(0)),
         &[],
-        NamedSite::job(0),
+        NamedSite::job(),
     );
     assert!(!a.contains(&"--shared".to_string()));
     assert_eq!(key(&o, &task(Step::Batch)), "slurm-42.batch");

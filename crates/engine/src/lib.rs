@@ -494,8 +494,11 @@ pub fn prepare(
                 (reuse, _) => reuse,
             },
             hand_over: s.hand_over,
-            named: req.kept_name().map(|_| match attached {
-                Some(_) => NamedPlan::Join,
+            named: req.kept_name().map(|_| match &attached {
+                Some(info) => NamedPlan::Join {
+                    anchor: info.pid,
+                    started: info.start_time,
+                },
                 None => NamedPlan::Fresh,
             }),
         }),

@@ -77,16 +77,16 @@ pub fn start(
     };
     // A named container kept on the node that a task joined or left while
     // the run was prepared: prepared again (as it stands now).
-    let mut replans = 0;
+    let (mut replans, mut trust_cache) = (0, true);
     loop {
-        match run(prepared(true)?) {
+        match run(prepared(trust_cache)?) {
             Err(Error::Runtime(berth_runtime::Error::Replan(_))) if replans < REPLANS => {
                 replans += 1;
             }
             Err(Error::Runtime(berth_runtime::Error::ImageMissing(_)))
-                if node_cache::forget(&req.image) =>
+                if trust_cache && node_cache::forget(&req.image) =>
             {
-                return run(prepared(false)?);
+                trust_cache = false;
             }
             result => return result,
         }
@@ -95,4 +95,4 @@ pub fn start(
 
 /// How many times a run is prepared again when its named container
 /// changed meanwhile ([`berth_runtime::Error::Replan`]).
-const REPLANS: u32 = 5;
+const REPLANS: u32 = 10;

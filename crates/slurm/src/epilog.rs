@@ -56,9 +56,14 @@ fn meta(fd: &OwnedFd) -> Option<std::fs::Metadata> {
     std::fs::metadata(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()
 }
 
-/// A directory of `uid`'s that nobody else can write, opened.
+/// A directory of `uid`'s that nobody else can write, opened (beneath
+/// `parent`, where given, as [`open_beneath`] opens: no mount entered).
 fn private_dir(parent: Option<&OwnedFd>, path: &Path, uid: u32) -> Option<OwnedFd> {
-    let fd = open_at(parent, path, libc::O_RDONLY | libc::O_DIRECTORY)?;
+    use rustix::fs::OFlags;
+    let fd = match parent {
+        Some(p) => open_beneath(p, path.as_os_str(), OFlags::RDONLY | OFlags::DIRECTORY)?,
+        None => open_at(None, path, libc::O_RDONLY | libc::O_DIRECTORY)?,
+    };
     let m = meta(&fd)?;
     (m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0).then_some(fd)
 }

@@ -19,7 +19,8 @@ fn pyxis_named_containers_keep_their_changes_across_steps() {
     // writable step's changes stay for the job's later steps on the node,
     // which start the container anew, by name alone or with the image,
     // with their own options (mounts, remap-root); read-only unless the
-    // step is writable. A step that comes while one runs joins it as it is
+    // step is writable; a step's tasks share one. A step that comes while
+    // one runs joins it as it is
     // (its mounts ignored, with a line saying so). `:exec` needs it
     // running; `:create` a name not used yet (`berth ps` between steps
     // leaves the changes); a name alone one that
@@ -33,6 +34,7 @@ fn pyxis_named_containers_keep_their_changes_across_steps() {
          echo \"one=$?\"; {berth} ps -a > /dev/null; \
          srun -N1 --container-name=dev sh -c 'cat /marker; touch /marker 2>/dev/null || echo read-only'; \
          echo \"two=$?\"; \
+         srun -N1 -n3 -O --container-name=dev cat /marker | uniq -c | awk '{{print \"tasks=\" $1 \" \" $2}}'; \
          srun -N1 --container-name=dev --container-mounts=/tmp:/mnt-late --container-remap-root {img} \
            sh -c 'cat /marker; test -d /mnt-late && echo mnt-late; id -u'; echo \"three=$?\"; \
          srun -N1 --container-name=dev:exec true; echo \"exec=$?\"; \
@@ -53,7 +55,7 @@ fn pyxis_named_containers_keep_their_changes_across_steps() {
     let (text, err) = (out.stdout(), out.stderr());
     for want in [
         "one=0\n",
-        "kept\nread-only\ntwo=0\n",
+        "kept\nread-only\ntwo=0\ntasks=3 kept\n",
         "kept\nmnt-late\n0\nthree=0\n",
         "kept\nno-mnt-joined\njoined=0\n",
         "in-berth\nunnamed=0\n",

@@ -232,6 +232,7 @@ fn fingerprint(spec: &RunSpec) -> String {
         "net_none": spec.net_none,
         "ipc": spec.ipc_ns,
         "uts": spec.uts_ns,
+        "overlay": spec.overlay,
     })
     .to_string()
 }
@@ -284,10 +285,23 @@ pub fn place(
             }
             Some(info) if placement.named.is_some() => {
                 let busy = in_use(deciding.idle()?, &info);
+                // Made meanwhile with this run's options (by another task
+                // of its step): joined, as nothing of the run's is lost.
+                let same = info.fingerprint == wanted;
                 match (placement.named, busy) {
-                    (Some(NamedPlan::Fresh), true) | (Some(NamedPlan::Join), false) => {
+                    (Some(NamedPlan::Fresh), true) if !same && placement.reuse == Reuse::Same => {
+                        return Err(other_options(key, &info))
+                    }
+                    (Some(NamedPlan::Fresh), true) if !same => {
                         return Err(Error::Replan(key.clone()))
                     }
+                    // Not the instance the run was prepared for.
+                    (Some(NamedPlan::Join { anchor, started }), true)
+                        if (anchor, started) != (info.pid, info.start_time) =>
+                    {
+                        return Err(Error::Replan(key.clone()))
+                    }
+                    (Some(NamedPlan::Join { .. }), false) => return Err(Error::Replan(key.clone())),
                     (Some(NamedPlan::Fresh), false) => {
                         replace_idle(&info)?;
                         deciding.end();
@@ -303,10 +317,7 @@ pub fn place(
                 }
             }
             Some(info) if info.fingerprint != wanted && placement.reuse == Reuse::Same => {
-                return Err(Error::Usage(format!(
-                    "shared container {key} already runs {} with other options (binds, --writable, --fakeroot or the image differ); use another key, or the same options",
-                    info.image
-                )))
+                return Err(other_options(key, &info))
             }
             Some(info) => match deciding.try_share()? {
                 Some(share) => {
@@ -321,8 +332,17 @@ pub fn place(
                 }
             },
             None if placement.reuse == Reuse::Running => return Err(not_in_use(key)),
-            None if placement.named == Some(NamedPlan::Join) => {
+            None if matches!(placement.named, Some(NamedPlan::Join { .. })) => {
                 return Err(Error::Replan(key.clone()))
+            }
+            // Its anchor was killed (Slurm's cgroup ends a step's processes)
+            // while another step's tasks still run in it: their overlay on
+            // the changes is mounted still, and a second one on the same
+            // layer is undefined.
+            None if placement.named.is_some() && !deciding.idle()? => {
+                return Err(Error::Usage(format!(
+                    "shared container {key} ended while tasks of another step still run in it; its changes cannot be used again until they end: wait for them (or end them), then run again"
+                )))
             }
             None if placement.reuse == Reuse::Existing => return Err(not_running(key)),
             None => {
@@ -337,6 +357,15 @@ pub fn place(
             job: spec.process.clone(),
         });
     }
+}
+
+/// The error for a run that asks for container `key` with other options
+/// than those it runs with (`--reuse same`).
+fn other_options(key: &str, info: &SharedInfo) -> Error {
+    Error::Usage(format!(
+        "shared container {key} already runs {} with other options (binds, --writable, --fakeroot or the image differ); use another key, or the same options",
+        info.image
+    ))
 }
 
 /// The error for a container that does not run under `key`.

@@ -8,9 +8,11 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use super::{anchor_alive, containers_dir, lookup, validate_key, SharedInfo};
+use super::{
+    anchor_alive, container_dir, lookup, read_alive, validate_key, SharedInfo, DECIDE_LOCK,
+};
 use crate::error::{Error, Result};
-use crate::node;
+use crate::node::{self, Deciding};
 
 /// What a run of a named container kept on the node was prepared for
 /// (each step starts it afresh from its kept changes with its own
@@ -18,8 +20,14 @@ use crate::node;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NamedPlan {
-    /// Join the container as it runs: a task runs in it.
-    Join,
+    /// Join the container as it runs: a task runs in it (the instance of
+    /// this anchor, pid and start time).
+    Join {
+        /// The anchor's pid.
+        anchor: i32,
+        /// The anchor's start time.
+        started: u64,
+    },
     /// Start it anew: none runs, or one that runs no task, which is ended.
     Fresh,
 }
@@ -34,17 +42,21 @@ pub fn not_in_use(key: &str) -> Error {
 
 /// The record of the live shared container `key` while it is in use
 /// ([`in_use`]; `None` for one whose tasks all left, which a
-/// [`NamedPlan::Fresh`] run replaces). Without the key's decision lock,
-/// so [`place`] checks it again.
+/// [`NamedPlan::Fresh`] run replaces). Looked at under the key's decision
+/// lock (a task deciding meanwhile is not disturbed), which is let go
+/// after: [`super::place`] checks it again.
 pub fn lookup_in_use(key: &str) -> Result<Option<SharedInfo>> {
-    let Some(info) = lookup(key)? else {
+    if lookup(key)?.is_none() {
+        return Ok(None);
+    }
+    let dir = container_dir(key)?;
+    let deciding = Deciding::begin(&dir, DECIDE_LOCK)?;
+    let Some(info) = read_alive(&dir) else {
         return Ok(None);
     };
-    let dir = containers_dir()?.join(key);
-    let idle = node::open_lock(&dir.join("users.lock"))
-        .map(|users| users.try_lock().is_ok())
-        .unwrap_or(false);
-    Ok(in_use(idle, &info).then_some(info))
+    let busy = in_use(deciding.idle()?, &info);
+    deciding.end();
+    Ok(busy.then_some(info))
 }
 
 /// Whether the live container `info` is in use: a task holds a share of it
@@ -63,7 +75,29 @@ pub fn named_dir(key: &str) -> Result<PathBuf> {
     validate_key(key)?;
     let named = node::state_dir()?.join("named");
     node::private_dir(&named)?;
+    if let Some(fs) = network_fs(&named) {
+        return Err(Error::Usage(format!(
+            "berth's runtime directory {} is on {fs}, where overlayfs cannot keep a named container's changes: set XDG_RUNTIME_DIR to a private directory on this node (for example under /tmp or /dev/shm)",
+            named.display()
+        )));
+    }
     Ok(named.join(key))
+}
+
+/// The network or FUSE file system `dir` is on, which overlayfs refuses as
+/// an upper layer; `None` for a local one.
+fn network_fs(dir: &std::path::Path) -> Option<&'static str> {
+    let magic = rustix::fs::statfs(dir).ok()?.f_type as u64;
+    Some(match magic {
+        0x6969 => "NFS",
+        0x0bd0_0bd0 => "Lustre",
+        0x4750_4653 => "GPFS",
+        0x1983_0326 => "BeeGFS",
+        0xff53_4d42 | 0xfe53_4d42 => "SMB",
+        0x0102_1997 => "9p",
+        0x6573_5546 => "a FUSE file system",
+        _ => return None,
+    })
 }
 
 /// Ends the idle container `info` (no task runs in it; its caller holds

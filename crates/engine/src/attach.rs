@@ -5,7 +5,16 @@
 use berth_runtime::shared::{self, Reuse};
 
 use crate::error::{Error, Result};
-use crate::RunRequest;
+use crate::{Caller, RunRequest};
+
+/// The Slurm step the caller runs in (`JOB.STEP`), if any.
+pub(crate) fn slurm_step(caller: &Caller) -> Option<String> {
+    Some(format!(
+        "{}.{}",
+        caller.var("SLURM_JOB_ID")?,
+        caller.var("SLURM_STEP_ID")?
+    ))
+}
 
 /// `--unshare`: the namespaces a run asks to have of its own.
 #[derive(Debug, Clone, Copy, Default)]
@@ -59,16 +68,19 @@ impl Unshare {
 /// The live shared container a run joins as it is (`Reuse::Any`,
 /// `Existing` or `Running`), if one runs; `Existing` and `Running` without
 /// one are an error. A named container's (kept on the node) is joined
-/// only while a task runs in it: otherwise it is started anew.
-pub(crate) fn attached(req: &RunRequest) -> Result<Option<shared::SharedInfo>> {
+/// only while a task runs in it: otherwise it is started anew. `step`: the
+/// run's Slurm step (`JOB.STEP`), if any.
+pub(crate) fn attached(req: &RunRequest, step: Option<&str>) -> Result<Option<shared::SharedInfo>> {
     let Some(s) = &req.shared else {
         return Ok(None);
     };
     match s.reuse {
         // A named container that runs no task is started anew from its
-        // changes.
+        // changes; one another task of this Slurm step made is this run's
+        // own (prepared as new, it is joined as made with its options).
         Reuse::Any | Reuse::Existing if req.kept_name().is_some() => {
-            Ok(shared::lookup_in_use(&s.key)?)
+            Ok(shared::lookup_in_use(&s.key)?
+                .filter(|info| step.is_none() || info.step.as_deref() != step))
         }
         Reuse::Any => Ok(shared::lookup(&s.key)?),
         Reuse::Running => match shared::lookup_in_use(&s.key)? {

@@ -26,7 +26,7 @@ use berth_runtime::shared::{self, NamedPlan, Placement, Reuse};
 use berth_runtime::IdMode;
 use serde::Serialize;
 
-use attach::{attached, Unshare};
+use attach::{attached, slurm_step, Unshare};
 
 mod attach;
 pub mod binds;
@@ -125,7 +125,7 @@ pub fn prepare(
 ) -> Result<Launch> {
     // A run that joins whatever container runs under its key takes that
     // container's image and identity; its own binds cannot apply.
-    let attached = attached(req)?;
+    let attached = attached(req, slurm_step(caller).as_deref())?;
     let owned;
     let req = match &attached {
         Some(info) => {
@@ -494,6 +494,7 @@ pub fn prepare(
                 (reuse, _) => reuse,
             },
             hand_over: s.hand_over,
+            step: slurm_step(caller),
             named: req.kept_name().map(|_| match &attached {
                 Some(info) => NamedPlan::Join {
                     anchor: info.pid,

@@ -143,6 +143,7 @@ pub(super) fn create(
         upper_fd,
         squashfs: Some(spec.image.squashfs.clone()),
         squashfs_offset: spec.image.offset,
+        step: placement.step.clone(),
     };
     // A former container of the key left its entrypoint's record.
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {

@@ -233,6 +233,7 @@ mod tests {
             upper_fd: None,
             squashfs: None,
             squashfs_offset: 0,
+            step: None,
         };
         let passed: Vec<String> = passed.iter().map(|s| s.to_string()).collect();
         JoinPlan::new(&info, &job, &kv(host), &passed)

@@ -34,7 +34,7 @@ mod join;
 mod named;
 
 pub use anchor::anchor_main;
-use named::{in_use, processes_in, replace_idle};
+use named::{in_use, other_options, processes_in, replace_idle, ENDING_WAIT};
 pub use named::{lookup_in_use, named_dir, not_in_use, NamedPlan};
 
 /// The decision lock of a container's directory.
@@ -87,6 +87,10 @@ pub struct SharedInfo {
     /// See `squashfs` (an Apptainer SIF's partition; 0 otherwise).
     #[serde(default)]
     pub squashfs_offset: u64,
+    /// The Slurm step whose task made it (`JOB.STEP`): the step's other
+    /// tasks are not runs that join another step's container.
+    #[serde(default)]
+    pub step: Option<String>,
 }
 
 /// The namespaces of its own a container of `spec` has beyond mount and
@@ -148,6 +152,9 @@ pub struct Placement {
     /// the run was prepared for, checked again under the key's decision
     /// lock ([`Error::Replan`] where it no longer holds).
     pub named: Option<NamedPlan>,
+    /// The Slurm step of the run (`JOB.STEP`), recorded by the task that
+    /// makes the container ([`SharedInfo::step`]).
+    pub step: Option<String>,
 }
 
 /// Which live container under a key a task joins, and whether it may
@@ -224,7 +231,7 @@ fn read_alive(dir: &Path) -> Option<SharedInfo> {
 
 /// What of `spec` decides the container's file system.
 fn fingerprint(spec: &RunSpec) -> String {
-    serde_json::json!({
+    let mut print = serde_json::json!({
         "image": spec.image.id,
         "binds": spec.binds,
         "writable": spec.writable,
@@ -232,9 +239,13 @@ fn fingerprint(spec: &RunSpec) -> String {
         "net_none": spec.net_none,
         "ipc": spec.ipc_ns,
         "uts": spec.uts_ns,
-        "overlay": spec.overlay,
-    })
-    .to_string()
+    });
+    // A named container's layer (only then: the prints of containers made
+    // by an earlier berth stay as they were).
+    if let Some(overlay) = &spec.overlay {
+        print["overlay"] = serde_json::json!(overlay);
+    }
+    print.to_string()
 }
 
 /// A task placed in a live shared container, holding its share.
@@ -271,6 +282,7 @@ pub fn place(
     let key = &placement.key;
     let dir = container_dir(key)?;
     let wanted = fingerprint(spec);
+    let mut ending_since = None;
     loop {
         let deciding = Deciding::begin(&dir, DECIDE_LOCK)?;
         let (info, share) = match read_alive(&dir) {
@@ -301,7 +313,9 @@ pub fn place(
                     {
                         return Err(Error::Replan(key.clone()))
                     }
-                    (Some(NamedPlan::Join { .. }), false) => return Err(Error::Replan(key.clone())),
+                    (Some(NamedPlan::Join { .. }), false) => {
+                        return Err(Error::Replan(key.clone()))
+                    }
                     (Some(NamedPlan::Fresh), false) => {
                         replace_idle(&info)?;
                         deciding.end();
@@ -340,13 +354,22 @@ pub fn place(
             // the changes is mounted still, and a second one on the same
             // layer is undefined.
             None if placement.named.is_some() && !deciding.idle()? => {
+                // A step that is being ended: its tasks go within Slurm's
+                // KillWait.
+                let since = *ending_since.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() < ENDING_WAIT {
+                    deciding.end();
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    continue;
+                }
                 return Err(Error::Usage(format!(
                     "shared container {key} ended while tasks of another step still run in it; its changes cannot be used again until they end: wait for them (or end them), then run again"
-                )))
+                )));
             }
             None if placement.reuse == Reuse::Existing => return Err(not_running(key)),
             None => {
-                let info = create::create(spec, &dir, placement, wanted.clone(), image_file, let_go)?;
+                let info =
+                    create::create(spec, &dir, placement, wanted.clone(), image_file, let_go)?;
                 (info, deciding.share()?)
             }
         };
@@ -357,15 +380,6 @@ pub fn place(
             job: spec.process.clone(),
         });
     }
-}
-
-/// The error for a run that asks for container `key` with other options
-/// than those it runs with (`--reuse same`).
-fn other_options(key: &str, info: &SharedInfo) -> Error {
-    Error::Usage(format!(
-        "shared container {key} already runs {} with other options (binds, --writable, --fakeroot or the image differ); use another key, or the same options",
-        info.image
-    ))
 }
 
 /// The error for a container that does not run under `key`.
@@ -504,6 +518,13 @@ fn remove_dead(path: &Path) {
     };
     if flock(&lock, FlockOperation::NonBlockingLockExclusive).is_err() || read_alive(path).is_some()
     {
+        return;
+    }
+    // Tasks still hold shares of a container whose anchor was killed: its
+    // lock stays for the next run to see (a named container's changes are
+    // still mounted by them).
+    let users = File::open(path.join("users.lock"));
+    if users.is_ok_and(|u| flock(&u, FlockOperation::NonBlockingLockExclusive).is_err()) {
         return;
     }
     let Some(name) = path.file_name() else {

@@ -87,7 +87,8 @@ pub fn named_dir(key: &str) -> Result<PathBuf> {
 /// The network or FUSE file system `dir` is on, which overlayfs refuses as
 /// an upper layer; `None` for a local one.
 fn network_fs(dir: &std::path::Path) -> Option<&'static str> {
-    let magic = rustix::fs::statfs(dir).ok()?.f_type as u64;
+    // f_type is a 32-bit magic number in a wider signed field.
+    let magic = rustix::fs::statfs(dir).ok()?.f_type as u32;
     Some(match magic {
         0x6969 => "NFS",
         0x0bd0_0bd0 => "Lustre",
@@ -95,6 +96,9 @@ fn network_fs(dir: &std::path::Path) -> Option<&'static str> {
         0x1983_0326 => "BeeGFS",
         0xff53_4d42 | 0xfe53_4d42 => "SMB",
         0x0102_1997 => "9p",
+        0x00c3_6400 => "CephFS",
+        0x5346_414f => "AFS",
+        0x2003_0528 => "OrangeFS",
         0x6573_5546 => "a FUSE file system",
         _ => return None,
     })
@@ -139,4 +143,18 @@ pub(super) fn processes_in(anchor: i32) -> usize {
         .filter(|pid| *pid != anchor)
         .filter(|pid| fs::read_link(format!("/proc/{pid}/ns/mnt")).is_ok_and(|l| l == ns))
         .count()
+}
+
+/// How long a run of a named container waits for the tasks of an ended
+/// container that still run in it (a step being ended; Slurm's KillWait
+/// is 30 s by default) before it fails.
+pub(super) const ENDING_WAIT: std::time::Duration = std::time::Duration::from_secs(35);
+
+/// The error for a run that asks for container `key` with other options
+/// than those it runs with (`--reuse same`).
+pub(super) fn other_options(key: &str, info: &SharedInfo) -> Error {
+    Error::Usage(format!(
+        "shared container {key} already runs {} with other options (binds, --writable, --fakeroot or the image differ); use another key, or the same options",
+        info.image
+    ))
 }

@@ -22,7 +22,7 @@ use berth_runtime::container::{ImageSpec, Process, RunSpec};
 use berth_runtime::entrypoint_first::EntrypointFirst;
 use berth_runtime::seccomp::{RootEmulation, Seccomp};
 use berth_runtime::semantics::{self, ImageDefaults, UserRequest};
-use berth_runtime::shared::{self, NamedPlan, Placement, Reuse};
+use berth_runtime::shared::{self, NamedPlan, Placement};
 use berth_runtime::IdMode;
 use serde::Serialize;
 
@@ -487,12 +487,7 @@ pub fn prepare(
             key: s.key.clone(),
             linger: s.linger,
             image: req.image.clone(),
-            // A named container's task that finds none running starts
-            // it again from its changes.
-            reuse: match (s.reuse, named_at.is_some()) {
-                (Reuse::Existing, true) => Reuse::Any,
-                (reuse, _) => reuse,
-            },
+            reuse: s.reuse,
             hand_over: s.hand_over,
             step: slurm_step(caller),
             named: req.kept_name().map(|_| match &attached {

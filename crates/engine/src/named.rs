@@ -114,20 +114,17 @@ pub fn prepare(
     let dir = dir.to_path_buf();
     match read(&dir) {
         Ok(mut record) => {
-            if record.image_id != image_id && on_node {
-                return Err(Error::Usage(format!(
-                    "container {name} was made from {} ({}) on this node in this job, not from {image}: give that image, or none (the container's own is run), or another name",
-                    record.image,
-                    short(&record.image_id),
-                )));
-            }
             if record.image_id != image_id {
-                return Err(Error::Usage(format!(
-                    "container {name} was made from {} ({}), not from {image}: run it with that image (berth run --name {name} {}), or remove it first (berth rm {name})",
-                    record.image,
-                    short(&record.image_id),
-                    record.image
-                )));
+                let (made, short) = (&record.image, short(&record.image_id));
+                return Err(Error::Usage(if on_node {
+                    format!(
+                        "container {name} was made from {made} ({short}) on this node in this job, not from {image}: give that image, or none (the container's own is run), or another name"
+                    )
+                } else {
+                    format!(
+                        "container {name} was made from {made} ({short}), not from {image}: run it with that image (berth run --name {name} {made}), or remove it first (berth rm {name})"
+                    )
+                }));
             }
             if record.mode != mode.as_str() {
                 record.mode = mode.as_str().to_string();

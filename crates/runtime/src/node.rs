@@ -207,25 +207,25 @@ impl Pinned {
     /// Sends the pinned process SIGKILL and waits, at most `wait`, until
     /// it has exited; whether it has.
     pub(crate) fn kill_and_wait(&self, wait: Duration) -> bool {
-        use rustix::event::{poll, PollFd, PollFlags, Timespec};
         let _ = rustix::process::pidfd_send_signal(&self.fd, rustix::process::Signal::KILL);
+        matches!(self.wait_exit(wait), Ok(n) if n > 0)
+    }
+
+    /// Whether the pinned process has not exited.
+    pub(crate) fn still_runs(&self) -> bool {
+        matches!(self.wait_exit(Duration::ZERO), Ok(0))
+    }
+
+    /// Waits at most `wait` for the pinned process to exit (its pidfd
+    /// turns readable when it does): poll's count of ready descriptors.
+    fn wait_exit(&self, wait: Duration) -> rustix::io::Result<usize> {
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
         let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
         let wait = Timespec {
             tv_sec: wait.as_secs() as _,
             tv_nsec: wait.subsec_nanos() as _,
         };
-        matches!(poll(&mut fds, Some(&wait)), Ok(n) if n > 0)
-    }
-
-    /// Whether the pinned process has not exited (a pidfd turns readable
-    /// when it does).
-    pub(crate) fn still_runs(&self) -> bool {
-        use rustix::event::{poll, PollFd, PollFlags};
-        let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
-        matches!(
-            poll(&mut fds, Some(&rustix::event::Timespec::default())),
-            Ok(0)
-        )
+        poll(&mut fds, Some(&wait))
     }
 }
 

@@ -386,8 +386,8 @@ pub fn berth_argv(
         if let Some(name) = &opts.name {
             a.extend(["--reuse".into(), reuse.into()]);
             // The changes are kept on the node for the job's later steps
-            // (`:exec` only joins the container that runs).
-            if opts.name_flag != NameFlag::Exec && !step {
+            // (`:exec` and a step's name only join the container that runs).
+            if reuse != "running" {
                 a.extend(["--name".into(), name.clone()]);
                 if !opts.writable {
                     a.push("--name-readonly".into());

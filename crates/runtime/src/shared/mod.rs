@@ -292,11 +292,11 @@ pub fn place(
                     info.image
                 )))
             }
-            Some(info) if placement.reuse == Reuse::Running && !in_use(deciding.idle()?, &info) => {
+            Some(info) if placement.reuse == Reuse::Running && !in_use(&deciding, &info)? => {
                 return Err(not_in_use(key))
             }
             Some(info) if placement.named.is_some() => {
-                let busy = in_use(deciding.idle()?, &info);
+                let busy = in_use(&deciding, &info)?;
                 // Made meanwhile with this run's options (by another task
                 // of its step): joined, as nothing of the run's is lost.
                 let same = info.fingerprint == wanted;
@@ -366,7 +366,10 @@ pub fn place(
                     "shared container {key} ended while tasks of another step still run in it; its changes cannot be used again until they end: wait for them (or end them), then run again"
                 )));
             }
-            None if placement.reuse == Reuse::Existing => return Err(not_running(key)),
+            // A named container that does not run is started anew.
+            None if placement.reuse == Reuse::Existing && placement.named.is_none() => {
+                return Err(not_running(key))
+            }
             None => {
                 let info =
                     create::create(spec, &dir, placement, wanted.clone(), image_file, let_go)?;

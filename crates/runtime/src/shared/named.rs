@@ -54,17 +54,17 @@ pub fn lookup_in_use(key: &str) -> Result<Option<SharedInfo>> {
     let Some(info) = read_alive(&dir) else {
         return Ok(None);
     };
-    let busy = in_use(deciding.idle()?, &info);
+    let busy = in_use(&deciding, &info)?;
     deciding.end();
     Ok(busy.then_some(info))
 }
 
-/// Whether the live container `info` is in use: a task holds a share of it
-/// (`idle` is false), or a process still runs in it (one started in the
-/// background, or a task that closed its share): as its anchor, which
-/// stays while either holds, a run does not end it then.
-pub(super) fn in_use(idle: bool, info: &SharedInfo) -> bool {
-    !idle || processes_in(info.pid) > 0
+/// Whether the live container `info` (its key's decision taken) is in
+/// use: a task holds a share of it, or a process still runs in it (one
+/// started in the background, or a task that closed its share): as its
+/// anchor, which stays while either holds, a run does not end it then.
+pub(super) fn in_use(deciding: &Deciding, info: &SharedInfo) -> Result<bool> {
+    Ok(!deciding.idle()? || processes_in(info.pid) > 0)
 }
 
 /// The directory where the changes of the named container kept on the
@@ -107,18 +107,17 @@ fn network_fs(dir: &std::path::Path) -> Option<&'static str> {
 /// Ends the idle container `info` (no task runs in it; its caller holds
 /// the key's decision lock) and waits until its anchor has gone.
 pub(super) fn replace_idle(info: &SharedInfo) -> Result<()> {
-    let Some(anchor) = node::Pinned::new(info.pid) else {
-        if !anchor_alive(info) {
-            return Ok(());
-        }
+    // Pinned first: the anchor checked alive is then the one killed.
+    let pinned = node::Pinned::new(info.pid);
+    if !anchor_alive(info) {
+        return Ok(());
+    }
+    let Some(anchor) = pinned else {
         return Err(Error::Setup(format!(
             "shared container {}: cannot take hold of its anchor (pid {}) to start it anew (pidfd_open needs Linux 5.3)",
             info.key, info.pid
         )));
     };
-    if !anchor_alive(info) {
-        return Ok(());
-    }
     if anchor.kill_and_wait(std::time::Duration::from_secs(5)) {
         Ok(())
     } else {

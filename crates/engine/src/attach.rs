@@ -79,8 +79,7 @@ pub(crate) fn attached(req: &RunRequest, step: Option<&str>) -> Result<Option<sh
         // changes; one another task of this Slurm step made is this run's
         // own (prepared as new, it is joined as made with its options).
         Reuse::Any | Reuse::Existing if req.kept_name().is_some() => {
-            Ok(shared::lookup_in_use(&s.key)?
-                .filter(|info| step.is_none() || info.step.as_deref() != step))
+            Ok(shared::lookup_in_use(&s.key)?.filter(|info| !info.made_by(step)))
         }
         Reuse::Any => Ok(shared::lookup(&s.key)?),
         Reuse::Running => match shared::lookup_in_use(&s.key)? {

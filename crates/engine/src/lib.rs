@@ -125,7 +125,8 @@ pub fn prepare(
 ) -> Result<Launch> {
     // A run that joins whatever container runs under its key takes that
     // container's image and identity; its own binds cannot apply.
-    let attached = attached(req, slurm_step(caller).as_deref())?;
+    let step = slurm_step(caller);
+    let attached = attached(req, step.as_deref())?;
     let owned;
     let req = match &attached {
         Some(info) => {
@@ -150,7 +151,8 @@ pub fn prepare(
     let owned_named;
     let own_image = match &named_at {
         Some((name, dir)) => {
-            named::image_of(config, (name, dir), req.name_reuse, req.shared.is_some())?
+            let on_node = (req.shared.is_some(), step.as_deref());
+            named::image_of(config, (name, dir), req.name_reuse, on_node)?
         }
         None => None,
     };
@@ -363,7 +365,7 @@ pub fn prepare(
                     .unwrap_or_else(|_| req.image.clone()),
                 false => req.image.clone(),
             };
-            let on_node = req.shared.is_some();
+            let on_node = (req.shared.is_some(), step.as_deref());
             let dir = named::prepare(dir, name, (&image, &img.record.id), mode, on_node)?;
             Some(match req.name_readonly {
                 true => format!("{}:ro", dir.display()),
@@ -489,7 +491,7 @@ pub fn prepare(
             image: req.image.clone(),
             reuse: s.reuse,
             hand_over: s.hand_over,
-            step: slurm_step(caller),
+            step: step.clone(),
             named: req.kept_name().map(|_| match &attached {
                 Some(info) => NamedPlan::Join {
                     anchor: info.pid,

@@ -34,6 +34,11 @@ pub struct NamedContainer {
     /// The id mode of its last run (`identity`, `fakeroot`, `root`): its
     /// files belong to that mode's ids.
     pub mode: String,
+    /// The Slurm step (`JOB.STEP`) whose task made it, for a container
+    /// kept on a node: that step's other tasks take it as their own
+    /// (`:create` with several tasks on a node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
 }
 
 /// A named container as `berth ps -a` shows it.
@@ -103,13 +108,14 @@ pub fn dir_of(config: &Config, name: &str, shared: Option<&str>) -> Result<PathB
 /// `image_id` (`image` as the user gave it) in `mode`: made with its
 /// record on first use. An error when the container was made from
 /// another image. `on_node`: a shared container's (the Slurm plugin's),
-/// for the message.
+/// for the message; `step`: the run's Slurm step, recorded as the one that
+/// made it.
 pub fn prepare(
     dir: &Path,
     name: &str,
     (image, image_id): (&str, &str),
     mode: IdMode,
-    on_node: bool,
+    (on_node, step): (bool, Option<&str>),
 ) -> Result<PathBuf> {
     let dir = dir.to_path_buf();
     match read(&dir) {
@@ -146,6 +152,7 @@ pub fn prepare(
                 image_id: image_id.to_string(),
                 created,
                 mode: mode.as_str().to_string(),
+                step: step.filter(|_| on_node).map(str::to_string),
             };
             write(&dir, &record)?;
         }
@@ -161,16 +168,22 @@ pub fn prepare(
 /// The image a run of named container `name` (in `dir`, [`dir_of`])
 /// runs, when not the one the request gives: the container's own for
 /// `existing` (which must exist) and for `any` when it exists; `new`
-/// refuses an existing container. `on_node`: a shared container's (the
-/// Slurm plugin's), for the messages.
+/// refuses an existing container, unless another task of the run's Slurm
+/// `step` made it. `on_node`: a shared container's (the Slurm plugin's),
+/// for the messages.
 pub fn image_of(
     config: &Config,
     (name, dir): (&str, &Path),
     reuse: Reuse,
-    on_node: bool,
+    (on_node, step): (bool, Option<&str>),
 ) -> Result<Option<String>> {
     let record = dir.join(RECORD).exists().then(|| read(dir)).transpose()?;
     match (reuse, record) {
+        // Made by another task of this step (`:create`, several tasks on
+        // the node): this task's own, as Pyxis creates once per node.
+        (Reuse::New, Some(r)) if on_node && step.is_some() && r.step.as_deref() == step => {
+            Ok(None)
+        }
         (Reuse::Existing, None) if on_node => Err(Error::Usage(format!(
             "no container {name} runs or was made on this node in this job, and no image was given to create it"
         ))),
@@ -447,7 +460,13 @@ mod tests {
 
     /// Container `dev` of the store of `c`, prepared for a run.
     fn dev(c: &Config, image: &str, id: &str, mode: IdMode) -> Result<PathBuf> {
-        prepare(&dir_of(c, "dev", None)?, "dev", (image, id), mode, false)
+        prepare(
+            &dir_of(c, "dev", None)?,
+            "dev",
+            (image, id),
+            mode,
+            (false, None),
+        )
     }
 
     #[test]
@@ -488,6 +507,27 @@ mod tests {
         assert!(!dir.exists());
         let err = remove(&c, "dev", Path::new("/nonexistent")).unwrap_err();
         assert!(err.to_string().contains("no container dev"), "{err}");
+    }
+
+    /// `:create` on a node: the tasks of the step that made the container
+    /// share it; a later step is refused.
+    #[test]
+    fn create_is_refused_only_to_later_steps() {
+        let d = tempfile::tempdir().unwrap();
+        let c = config(d.path());
+        let dir = d.path().join("named/slurm-7-dev.n1");
+        let made = (true, Some("7.0"));
+        prepare(&dir, "dev", ("img", "sha256:aaaa"), IdMode::Identity, made).unwrap();
+        assert_eq!(read(&dir).unwrap().step.as_deref(), Some("7.0"));
+        let of = |step| image_of(&c, ("dev", &dir), Reuse::New, (true, step));
+        assert_eq!(of(Some("7.0")).unwrap(), None);
+        for later in [Some("7.1"), None] {
+            let err = of(later).unwrap_err().to_string();
+            assert!(err.contains("exists already on this node"), "{err}");
+        }
+        // A store's container records no step.
+        let dir = dev(&c, "img", "sha256:aaaa", IdMode::Identity).unwrap();
+        assert_eq!(read(&dir).unwrap().step, None);
     }
 
     /// A commit of a running container and `berth rm` keep out of each

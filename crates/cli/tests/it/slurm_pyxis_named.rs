@@ -22,7 +22,8 @@ fn pyxis_named_containers_keep_their_changes_across_steps() {
     // step is writable; a step's tasks share one. A step that comes while
     // one runs joins it as it is
     // (its mounts ignored, with a line saying so). `:exec` needs it
-    // running; `:create` a name not used yet (`berth ps` between steps
+    // running; `:create` a name not used yet, made once for the step's
+    // tasks on the node (`berth ps` between steps
     // leaves the changes); a name alone one that
     // exists (invalid_args.bats 5). A step's unnamed container is joined
     // by the name JOB.STEP while it runs (exec.bats 3). The job's end
@@ -40,6 +41,9 @@ fn pyxis_named_containers_keep_their_changes_across_steps() {
          srun -N1 --container-name=dev:exec true; echo \"exec=$?\"; \
          srun -N1 --container-name=dev:create {img} true; echo \"create=$?\"; \
          srun -N1 --container-name=nothere true; echo \"nothere=$?\"; \
+         srun -N1 -n3 -O --container-name=made:create --container-writable {img} \
+           sh -c 'echo $SLURM_PROCID >> /tasks; sleep 2'; echo \"made=$?\"; \
+         srun -N1 --container-name=made sh -c 'wc -l < /tasks'; \
          srun -N1 --overlap --container-name=dev sleep 6 & sleep 3; \
          srun -N1 --overlap --container-name=dev:exec --container-mounts=/tmp:/mnt-joined \
            sh -c 'cat /marker; test -d /mnt-joined || echo no-mnt-joined'; echo \"joined=$?\"; wait; \
@@ -57,6 +61,7 @@ fn pyxis_named_containers_keep_their_changes_across_steps() {
         "one=0\n",
         "kept\nread-only\ntwo=0\ntasks=3 kept\n",
         "kept\nmnt-late\n0\nthree=0\n",
+        "made=0\n3\n",
         "kept\nno-mnt-joined\njoined=0\n",
         "in-berth\nunnamed=0\n",
     ] {

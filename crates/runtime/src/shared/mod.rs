@@ -31,9 +31,11 @@ pub mod anchor;
 mod create;
 pub mod in_place;
 mod join;
+mod layer;
 mod named;
 
 pub use anchor::anchor_main;
+pub use layer::writable_layer;
 use named::{in_use, other_options, processes_in, replace_idle, ENDING_WAIT};
 pub use named::{lookup_in_use, named_dir, not_in_use, NamedPlan};
 
@@ -91,6 +93,14 @@ pub struct SharedInfo {
     /// tasks are not runs that join another step's container.
     #[serde(default)]
     pub step: Option<String>,
+}
+
+impl SharedInfo {
+    /// Made by a task of Slurm step `step` (`JOB.STEP`): the container is
+    /// that step's other tasks' own.
+    pub fn made_by(&self, step: Option<&str>) -> bool {
+        step.is_some() && self.step.as_deref() == step
+    }
 }
 
 /// The namespaces of its own a container of `spec` has beyond mount and
@@ -286,7 +296,10 @@ pub fn place(
     loop {
         let deciding = Deciding::begin(&dir, DECIDE_LOCK)?;
         let (info, share) = match read_alive(&dir) {
-            Some(info) if placement.reuse == Reuse::New => {
+            // One another task of this run's Slurm step made is its own.
+            Some(info)
+                if placement.reuse == Reuse::New && !info.made_by(placement.step.as_deref()) =>
+            {
                 return Err(Error::Usage(format!(
                     "shared container {key} already runs ({}); it was asked to be created anew",
                     info.image
@@ -425,47 +438,6 @@ pub fn hold(key: &str) -> Result<Option<(SharedInfo, Share)>> {
         deciding.end();
         return Ok(Some((info, share)));
     }
-}
-
-/// The live container `info`'s writable layer (its memory upper layer,
-/// `O_PATH`), taken from its anchor; `None` for a read-only root. Taken
-/// with `pidfd_getfd` (Linux 5.6), not opened through /proc/PID/fd: the
-/// kernel gives a non-dumpable process's /proc files to the root of its
-/// memory's user namespace, which a keeper that keeps host ids does not
-/// map, so they are not the user's to open.
-pub fn writable_layer(info: &SharedInfo) -> Result<Option<std::os::fd::OwnedFd>> {
-    let Some(fd) = info.upper_fd else {
-        return Ok(None);
-    };
-    let key = &info.key;
-    let ended = || Error::Setup(format!("shared container {key} ended meanwhile"));
-    let Some(anchor) = node::Pinned::new(info.pid) else {
-        return Err(match anchor_alive(info) {
-            true => Error::Setup(format!(
-                "cannot pin shared container {key}'s anchor (pid {}) with a pidfd: this needs Linux 5.6 or later",
-                info.pid
-            )),
-            false => ended(),
-        });
-    };
-    if !anchor_alive(info) {
-        return Err(ended());
-    }
-    let layer = anchor.take_fd(fd).map_err(|e| {
-        let hint = match e {
-            crate::sys::Errno::NOSYS => "; this needs Linux 5.6 or later",
-            crate::sys::Errno::PERM => "; tracing your own processes may be restricted on this node (kernel.yama.ptrace_scope)",
-            _ => "",
-        };
-        Error::Setup(format!(
-            "cannot take the writable layer of shared container {key} from its anchor (pid {}): {e}{hint}",
-            info.pid
-        ))
-    })?;
-    if !anchor.still_runs() {
-        return Err(ended());
-    }
-    Ok(Some(layer))
 }
 
 /// The record of the live shared container `key`.

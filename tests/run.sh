@@ -44,11 +44,14 @@ BERTH_IT_REQUIRED=1 BERTH_IT_FALLBACKS=1 cargo test -p berth --test it --locked 
 echo "== cargo test, the run tests through fuse-overlayfs (BERTH_IT_OVERLAY=fuse)"
 BERTH_IT_REQUIRED=1 BERTH_IT_OVERLAY=fuse cargo test -p berth --test it --locked -- runtime_run:: 2>&1 \
     | tee -a "$log" || status=$?
-# Named containers of global scope: the cluster again with
-# container_scope=global in plugstack.conf, their tests, then as it was.
-echo "== cargo test, the Slurm tests with container_scope=global"
-BERTH_SPANK_ARGS=container_scope=global bash tests/setup/slurm_plugin.sh target/debug
-BERTH_IT_REQUIRED=1 cargo test -p berth --test it --locked -- --ignored slurm_global:: 2>&1 \
+# The cluster again as many sites run it: each step in a cgroup of its own
+# that Slurm kills whole at the step's end (proctrack/cgroup), and named
+# containers of global scope (container_scope=global in plugstack.conf);
+# their tests, then the cluster as it was.
+echo "== cargo test, the Slurm tests with proctrack/cgroup and container_scope=global"
+BERTH_SLURM_PROCTRACK=cgroup BERTH_SPANK_ARGS=container_scope=global \
+    bash tests/setup/slurm_plugin.sh target/debug
+BERTH_IT_REQUIRED=1 cargo test -p berth --test it --locked -- --ignored slurm_global:: slurm_cgroup:: 2>&1 \
     | tee -a "$log" || status=$?
 bash tests/setup/slurm_plugin.sh target/debug
 # One closing line for the whole suite (cargo prints one per test binary,

@@ -12,8 +12,9 @@
 #   slurm_cluster.sh down DIR          stop what `up` started, by pid file
 #
 # Clients (also unprivileged users) need SLURM_CONF=DIR/slurm.conf.
-# No cgroups here: proctrack/linuxproc, task/none (see the notes on
-# running Slurm on one machine).
+# Steps tracked by process tree (proctrack/linuxproc), task/none; with
+# BERTH_SLURM_PROCTRACK=cgroup, by cgroup (v1 freezer here; Slurm kills a
+# step's cgroup whole at its end, as on most sites).
 set -Eeuo pipefail
 CMD=${1:?usage: slurm_cluster.sh up|down DIR [NODES]}
 DIR=${2:?usage: slurm_cluster.sh up|down DIR [NODES]}
@@ -69,6 +70,17 @@ up() {
         install -d -m 0755 "$DIR/spool/n$i" "$DIR/tmp/n$i"
         chmod 1777 "$DIR/tmp/n$i"
     done
+    # BERTH_SLURM_PROCTRACK=cgroup: each step in a cgroup of its own (cgroup
+    # v1 here), killed whole at the step's end, as most sites run Slurm.
+    case ${BERTH_SLURM_PROCTRACK:-linuxproc} in
+        linuxproc | cgroup) ;;
+        *) die "BERTH_SLURM_PROCTRACK=$BERTH_SLURM_PROCTRACK: use linuxproc or cgroup" ;;
+    esac
+    if [[ ${BERTH_SLURM_PROCTRACK:-} == cgroup ]]; then
+        printf 'CgroupAutomount=yes\nConstrainCores=no\nConstrainRAMSpace=no\n' > "$DIR/cgroup.conf"
+    else
+        rm -f "$DIR/cgroup.conf"
+    fi
     cat > "$DIR/slurm.conf" <<CONF
 # written by tests/setup/slurm_cluster.sh
 ClusterName=berth-test
@@ -86,7 +98,7 @@ SlurmdSpoolDir=$DIR/spool/%n
 SlurmdPidFile=$DIR/run/slurmd-%n.pid
 SlurmdLogFile=$DIR/log/slurmd-%n.log
 TmpFS=$DIR/tmp/%n
-ProctrackType=proctrack/linuxproc
+ProctrackType=proctrack/${BERTH_SLURM_PROCTRACK:-linuxproc}
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none

@@ -1,5 +1,5 @@
 //! The job epilog's work (as root, on each node): the job's named
-//! containers go. Their records live in the job user's runtime directory,
+//! containers go, and its image keepers' directories. Their records live in the job user's runtime directory,
 //! which that user (and their containers) can write, so nothing found
 //! there is trusted:
 //!
@@ -30,6 +30,15 @@ use std::path::{Path, PathBuf};
 
 /// The largest record or note the epilog reads.
 pub const MAX_RECORD: u64 = 64 * 1024;
+
+/// The runtime directories the epilog looks in without a note: berth's
+/// with `XDG_RUNTIME_DIR=/run/user/UID`, and without `XDG_RUNTIME_DIR`.
+pub fn default_runtime_dirs(uid: u32) -> [PathBuf; 2] {
+    [
+        PathBuf::from(format!("/run/user/{uid}/berth")),
+        PathBuf::from(format!("/tmp/berth-{uid}")),
+    ]
+}
 
 /// Where a task notes the runtime directory its named containers live in.
 pub fn note_path(uid: u32, job: u32) -> PathBuf {
@@ -92,13 +101,11 @@ fn entries(dir: &OwnedFd) -> Vec<std::ffi::OsString> {
 
 /// The job's end on this node: kills the holders of job `job`'s named
 /// containers of user `uid` and removes their directories, with the
-/// changes kept for the job's steps (see the module text). `berth` is the plugin's
+/// changes kept for the job's steps, and the job's keepers' directories
+/// (see the module text). `berth` is the plugin's
 /// berth binary, when it names a file.
-pub fn remove_named_containers(uid: u32, job: u32, berth: Option<&Path>) {
-    let mut bases = vec![
-        PathBuf::from(format!("/run/user/{uid}/berth")),
-        PathBuf::from(format!("/tmp/berth-{uid}")),
-    ];
+pub fn remove_job_state(uid: u32, job: u32, berth: Option<&Path>) {
+    let mut bases = default_runtime_dirs(uid).to_vec();
     let note = note_path(uid, job);
     if let Some(text) = small_file(None, &note, uid) {
         bases.extend(
@@ -148,7 +155,24 @@ pub fn remove_named_containers(uid: u32, job: u32, berth: Option<&Path>) {
                 }
             }
         }
+        // The job's keepers' directories (`RUNTIME/keepers/ID-KIND-jobJ`,
+        // and `…-jobJ-step_S` where each step had its own): their
+        // keepers have ended or end when idle; nothing runs them again.
+        if let Some(keepers) = private_dir(Some(&base), Path::new("keepers"), uid) {
+            for name in entries(&keepers) {
+                if is_jobs_keeper(&name.to_string_lossy(), job) {
+                    remove_entry(&keepers, &name, 0);
+                }
+            }
+        }
     }
+}
+
+/// Whether keeper directory `name` is one of job `job`'s
+/// (`berth_runtime` `keeper_name`).
+fn is_jobs_keeper(name: &str, job: u32) -> bool {
+    let of_job = format!("-job{job}");
+    name.ends_with(&of_job) || name.contains(&format!("{of_job}-step_"))
 }
 
 /// How deep [`remove_entry`] descends (each level holds a descriptor);
@@ -384,6 +408,20 @@ mod tests {
         std::os::unix::fs::symlink(&outside, &c).unwrap();
         remove_entry(&containers, std::ffi::OsStr::new("slurm-7-dev"), 0);
         assert!(!c.exists() && outside.join("keep").is_file());
+    }
+
+    #[test]
+    fn a_jobs_keepers_are_its_own() {
+        for (name, is) in [
+            ("ab12-user-job7", true),
+            ("ab12-fakeroot-job7-step_0", true),
+            ("ab12-user-job7-step_batch", true),
+            ("ab12-user-job77", false),
+            ("ab12-user-job77-step_0", false),
+            ("ab12-user", false),
+        ] {
+            assert_eq!(is_jobs_keeper(name, 7), is, "{name}");
+        }
     }
 
     #[test]

@@ -374,9 +374,7 @@ unsafe impl Plugin for BerthPlugin {
                 .map(|(_, v)| v.clone()),
             several_on_node,
         };
-        if opts.name.is_some() {
-            note_state_dir(&env, task.job_id);
-        }
+        note_state_dir(&env, task.job_id, opts.name.is_some());
         let cmd = options::berth_argv(
             &self.berth,
             &opts,
@@ -410,19 +408,23 @@ unsafe impl Plugin for BerthPlugin {
 
     fn job_epilog(&mut self, spank: &mut SpankHandle) -> Res {
         // Named containers of this job stay after their last task, for the
-        // next step: they go now (crate::epilog says what is trusted).
+        // next step: they go now, with the job's keepers' directories
+        // (crate::epilog says what is trusted).
         let uid = spank.job_uid()?;
         let job = spank.job_id()?;
         let berth = Path::new(&self.berth);
         let berth = berth.is_absolute().then_some(berth);
-        crate::epilog::remove_named_containers(uid, job, berth);
+        crate::epilog::remove_job_state(uid, job, berth);
         Ok(())
     }
 }
 
 /// Notes berth's runtime directory for this task (as berth chooses it:
-/// `$XDG_RUNTIME_DIR/berth`, else `/tmp/berth-UID`).
-fn note_state_dir(env: &[(String, String)], job: u32) {
+/// `$XDG_RUNTIME_DIR/berth`, else `/tmp/berth-UID`) for the job epilog,
+/// which removes the job's named containers and keepers there: where the
+/// job has a named container (`named`), or the directory is not one the
+/// epilog looks in anyway.
+fn note_state_dir(env: &[(String, String)], job: u32, named: bool) {
     let uid = own_uid();
     let dir = env
         .iter()
@@ -431,6 +433,13 @@ fn note_state_dir(env: &[(String, String)], job: u32) {
         .filter(|v| !v.is_empty() && Path::new(v).is_dir())
         .map(|v| format!("{v}/berth"))
         .unwrap_or_else(|| format!("/tmp/berth-{uid}"));
+    if !named
+        && crate::epilog::default_runtime_dirs(uid)
+            .iter()
+            .any(|d| d.as_os_str() == dir.as_str())
+    {
+        return;
+    }
     if let Err(e) = crate::epilog::note_state_dir(&dir, uid, job) {
         eprintln!("berth plugin: warning: {e}");
     }

@@ -34,6 +34,7 @@ mod reliability_load;
 mod runtime_run;
 mod runtime_shared;
 mod security_review;
+mod slurm_cgroup;
 mod slurm_edf;
 mod slurm_entrypoint;
 mod slurm_global;

@@ -20,7 +20,7 @@ fn srun(sb: &Sandbox, args: &[&str]) -> Out {
 }
 
 #[test]
-#[ignore = "runs in tests/run.sh's container_scope=global pass (the cluster restarted with it)"]
+#[ignore = "runs in tests/run.sh's second cluster pass (proctrack/cgroup, container_scope=global)"]
 fn a_named_container_outlives_its_job() {
     let sb = sandbox();
     let img = format!("{}/berth-test/layers:latest", sb.env.anon());

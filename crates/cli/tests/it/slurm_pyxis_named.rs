@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use crate::harness::Out;
-use crate::slurm_spank::{image, sandbox};
+use crate::slurm_spank::{image, job_of, left_after_epilog, sandbox};
 
 #[test]
 #[cfg_attr(
@@ -75,24 +75,9 @@ fn pyxis_named_containers_keep_their_changes_across_steps() {
     assert!(err.contains("no image was given to create it"), "{err}");
     assert!(err.contains("no task runs in a shared container"), "{err}");
     // The job's end removes its named containers' changes on the node.
-    let job = text
-        .lines()
-        .find_map(|l| l.strip_prefix("job="))
-        .unwrap_or_default()
-        .to_string();
-    let runtime = sb.dir.path().join("run/berth");
-    let left = || {
-        ["containers", "named"]
-            .iter()
-            .flat_map(|d| std::fs::read_dir(runtime.join(d)).into_iter().flatten())
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with(&format!("slurm-{job}-dev")))
-            .collect::<Vec<_>>()
-    };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
-    while !left().is_empty() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
-    assert!(!job.is_empty() && left().is_empty(), "{job}: {:?}", left());
+    let job = job_of(&text);
+    let left = left_after_epilog(&sb, &["containers", "named"], &|n| {
+        n.starts_with(&format!("slurm-{job}-dev"))
+    });
+    assert!(!job.is_empty() && left.is_empty(), "{job}: {left:?}");
 }

@@ -75,6 +75,38 @@ fn srun_open_mpi(sb: &Sandbox, args: &[&str]) -> Out {
     slurm(sb, "/usr/bin/timeout", &bounded)
 }
 
+/// The job id a job script printed as `job=ID`.
+pub(crate) fn job_of(text: &str) -> String {
+    text.lines()
+        .find_map(|l| l.strip_prefix("job="))
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The entries of the sandbox's runtime directories `dirs` (under
+/// `run/berth`) that `of_job` picks, once the job epilog has had up to
+/// 15 s to remove them: empty where it did.
+pub(crate) fn left_after_epilog(
+    sb: &Sandbox,
+    dirs: &[&str],
+    of_job: &dyn Fn(&str) -> bool,
+) -> Vec<String> {
+    let runtime = sb.dir.path().join("run/berth");
+    let left = || {
+        dirs.iter()
+            .flat_map(|d| fs::read_dir(runtime.join(d)).into_iter().flatten())
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| of_job(n))
+            .collect::<Vec<_>>()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while !left().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    left()
+}
+
 pub(crate) fn image(sb: &Sandbox, name: &str) -> String {
     format!(
         "--container-image={}/berth-test/{name}:latest",

@@ -153,7 +153,8 @@ fn a_later_job_keeps_its_image_when_an_earlier_jobs_keeper_goes() {
     let of = |id: &str| {
         names
             .iter()
-            .find(|n| n.ends_with(&format!("-job{id}")))
+            // (`-job{id}-step_0` where steps have cgroups of their own.)
+            .find(|n| n.ends_with(&format!("-job{id}")) || n.contains(&format!("-job{id}-")))
             .cloned()
     };
     let (k1, k2) = (of(&id1), of(&id2));

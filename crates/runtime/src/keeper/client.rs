@@ -61,10 +61,16 @@ pub fn acquire(req: &KeeperRequest<'_>) -> Result<KeeperLease> {
         )));
     }
     let key = super::data::keeper_key(hex, req.data);
+    let job = std::env::var("SLURM_JOB_ID").ok();
+    let step = job.as_deref().and_then(|job| {
+        let cgroups = fs::read_to_string("/proc/self/cgroup").ok()?;
+        super::slurm_step_cgroup(&cgroups, job)
+    });
     let dir = node::state_dir()?.join("keepers").join(keeper_name(
         &key,
         req.mode,
-        std::env::var("SLURM_JOB_ID").ok().as_deref(),
+        job.as_deref(),
+        step.as_deref(),
     ));
     node::private_dir(&dir.join("mnt"))?;
     let deciding = Deciding::begin(&dir, DECIDE_LOCK)?;

@@ -142,11 +142,42 @@ fn kind(mode: IdMode) -> &'static str {
 /// job has its own keepers: a keeper lives in the cgroup of the job that
 /// started it, so a later job of the same user that shared it would lose
 /// its image mount when the first job ends and Slurm kills that cgroup.
-fn keeper_name(hex: &str, mode: IdMode, slurm_job: Option<&str>) -> String {
+/// Where each step runs in a cgroup of its own that Slurm kills at the
+/// step's end (`step`: [`slurm_step_cgroup`]), each step has its own: a
+/// step's keeper goes with it, and steps that run beside it (a task farm
+/// of `srun &`) must not lose their image then.
+fn keeper_name(hex: &str, mode: IdMode, slurm_job: Option<&str>, step: Option<&str>) -> String {
+    let kind = kind(mode);
     match slurm_job.filter(|j| !j.is_empty() && j.bytes().all(|b| b.is_ascii_digit())) {
-        Some(job) => format!("{hex}-{}-job{job}", kind(mode)),
-        None => format!("{hex}-{}", kind(mode)),
+        Some(job) => match step {
+            Some(step) => format!("{hex}-{kind}-job{job}-{step}"),
+            None => format!("{hex}-{kind}-job{job}"),
+        },
+        None => format!("{hex}-{kind}"),
     }
+}
+
+/// The Slurm step cgroup (`step_0`, `step_batch`) of Slurm job `job` that
+/// `cgroups` (`/proc/self/cgroup`) puts the process in, in the hierarchy
+/// whose processes Slurm's `proctrack/cgroup` kills together when the
+/// step ends: cgroup v1's freezer (`…/job_42/step_0`), or cgroup v2's one
+/// hierarchy (`…/job_42/step_0/user/task_0`). `None` outside one
+/// (`proctrack/linuxproc`, no Slurm).
+pub(crate) fn slurm_step_cgroup(cgroups: &str, job: &str) -> Option<String> {
+    let job_dir = format!("job_{job}");
+    cgroups.lines().find_map(|line| {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        if !(controllers.is_empty() || controllers.split(',').any(|c| c == "freezer")) {
+            return None;
+        }
+        let dirs: Vec<&str> = path.split('/').collect();
+        dirs.windows(2).find_map(|w| {
+            let step = w[1].strip_prefix("step_")?;
+            let ok = !step.is_empty() && step.bytes().all(|b| b.is_ascii_alphanumeric());
+            (w[0] == job_dir && ok).then(|| w[1].to_string())
+        })
+    })
 }
 
 #[cfg(test)]
@@ -155,15 +186,47 @@ mod tests {
 
     #[test]
     fn each_slurm_job_has_its_own_keepers() {
-        let a = keeper_name("ab12", IdMode::Identity, Some("41"));
-        let b = keeper_name("ab12", IdMode::Identity, Some("42"));
+        let a = keeper_name("ab12", IdMode::Identity, Some("41"), None);
+        let b = keeper_name("ab12", IdMode::Identity, Some("42"), None);
         assert_ne!(a, b);
-        assert_eq!(keeper_name("ab12", IdMode::Identity, None), "ab12-user");
-        assert_eq!(keeper_name("ab12", IdMode::FakeRoot, None), "ab12-fakeroot");
-        // Not a job id: no part of the name.
         assert_eq!(
-            keeper_name("ab12", IdMode::Identity, Some("../x")),
+            keeper_name("ab12", IdMode::Identity, None, None),
             "ab12-user"
         );
+        assert_eq!(
+            keeper_name("ab12", IdMode::FakeRoot, None, None),
+            "ab12-fakeroot"
+        );
+        // Not a job id: no part of the name.
+        assert_eq!(
+            keeper_name("ab12", IdMode::Identity, Some("../x"), None),
+            "ab12-user"
+        );
+        // A step in a cgroup of its own: the step's.
+        assert_eq!(
+            keeper_name("ab12", IdMode::Identity, Some("41"), Some("step_0")),
+            "ab12-user-job41-step_0"
+        );
+    }
+
+    #[test]
+    fn a_step_cgroup_is_found_where_slurm_kills_it_whole() {
+        let v1 = "10:hugetlb:/\n6:freezer:/slurm_n1/uid_1001/job_42/step_0\n\
+                  4:memory:/slurm/uid_1001/job_42/step_3\n0::/\n";
+        assert_eq!(slurm_step_cgroup(v1, "42").as_deref(), Some("step_0"));
+        // Another job's, or task/cgroup's memory controller alone: none.
+        assert_eq!(slurm_step_cgroup(v1, "4"), None);
+        let memory_only = "4:memory:/slurm/uid_1001/job_42/step_3\n0::/\n";
+        assert_eq!(slurm_step_cgroup(memory_only, "42"), None);
+        let v2 = "0::/system.slice/slurmstepd.scope/job_42/step_batch/user/task_0\n";
+        assert_eq!(slurm_step_cgroup(v2, "42").as_deref(), Some("step_batch"));
+        for odd in [
+            "0::/job_42/step_../x\n",
+            "0::/job_42/step_\n",
+            "0::/job_42\n",
+            "",
+        ] {
+            assert_eq!(slurm_step_cgroup(odd, "42"), None, "{odd}");
+        }
     }
 }

@@ -251,8 +251,8 @@ pub struct ContainerArgs {
     /// Print each start-up phase in microseconds (also BERTH_TIMING=1).
     #[arg(long)]
     pub timing: bool,
-    /// GPUs: all, indices (0,1) or UUIDs; through the node's CDI spec when there is one, else driver discovery.
-    #[arg(long, value_name = "all|LIST")]
+    /// GPUs: all, indices (0,1) or UUIDs, or none (the driver without a GPU); through the node's CDI spec when there is one, else driver discovery.
+    #[arg(long, value_name = "all|LIST|none")]
     pub gpus: Option<String>,
     /// A CDI device (vendor.com/class=NAME) or a host device node (/dev/PATH[:/dev/TARGET]).
     #[arg(long = "device", value_name = "NAME")]

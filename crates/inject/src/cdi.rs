@@ -264,6 +264,17 @@ impl Registry {
         Ok(())
     }
 
+    /// Applies the common edits of the newest spec of `kind` (no device:
+    /// `NVIDIA_VISIBLE_DEVICES=none`, the driver without a GPU).
+    pub fn apply_common(&self, kind: &str, plan: &mut Plan) -> Result<(), InjectError> {
+        if let Some((_, spec)) = self.specs.iter().rev().find(|(_, s)| s.kind == kind) {
+            let origin = format!("cdi:{kind}");
+            apply_edits(&spec.container_edits, plan, &origin)?;
+            plan.applied.push(origin);
+        }
+        Ok(())
+    }
+
     fn not_found(&self, full: &str) -> InjectError {
         let names = self.device_names();
         let known = if names.is_empty() {

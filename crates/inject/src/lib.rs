@@ -123,6 +123,10 @@ impl Site {
         if let Some(sel) = &req.gpus {
             let r = cdi.get_or_insert_with(|| cdi::Registry::load(dirs));
             match gpu::CDI_KINDS.iter().find(|k| r.has_kind(k)) {
+                // `none`: the spec's common edits (the driver), no device.
+                Some(kind) if *sel == gpu::Selection::DriverOnly => {
+                    r.apply_common(kind, &mut plan)?
+                }
                 Some(kind) => {
                     let names = gpu_cdi_names(r, kind, sel);
                     r.apply(&names, &mut plan)?;
@@ -213,6 +217,7 @@ fn gpu_cdi_names(r: &cdi::Registry, kind: &str, sel: &gpu::Selection) -> Vec<Str
             }
         }
         gpu::Selection::List(items) => items.iter().map(|i| format!("{kind}={i}")).collect(),
+        gpu::Selection::DriverOnly => Vec::new(),
     }
 }
 

@@ -174,6 +174,10 @@ fn gpus_and_devices_through_cdi() {
         "{out}"
     );
     assert!(out.contains("Fake GPU"), "{out}");
+    // `none`: the spec's common edits (the driver), no GPU.
+    let out = sh(&sb, &img, &["--gpus", "none"], SHOW).stdout();
+    assert!(out.contains("cdi=yes") && lists(&out, "nvidiactl"), "{out}");
+    assert!(!lists(&out, "nvidia0") && !lists(&out, "nvidia1"), "{out}");
     let out = sh(&sb, &img, &["--device", "nvidia.com/gpu=1"], SHOW)
         .ok()
         .stdout();
@@ -306,7 +310,8 @@ fn dry_run_shows_the_plan_and_starts_nothing() {
 
 /// GPUs without --gpus, as enroot's NVIDIA hook gives them (Pyxis's
 /// env.bats 5-7): NVIDIA_VISIBLE_DEVICES of the caller, else of the image
-/// (every CUDA image sets `all`); `void` gives none; under Slurm the index
+/// (every CUDA image sets `all`); `void` gives none, `none` the driver
+/// without a GPU; under Slurm the index
 /// is among the step's GPUs. NVIDIA_DRIVER_CAPABILITIES (the caller's,
 /// else the image's; unset: `utility`) says which parts of the driver
 /// come with them. On a node without a GPU the same image runs without
@@ -345,6 +350,19 @@ fn gpus_from_nvidia_visible_devices() {
     );
     let out = with(&[("NVIDIA_VISIBLE_DEVICES", "void")], "cuda-like").stdout();
     assert!(!out.contains("nvidia"), "{out}");
+    // `none`: the driver without a GPU, as NVIDIA's toolkit gives it (its
+    // tools and the control device, no /dev/nvidiaN), under Slurm too.
+    for vars in [
+        &[("NVIDIA_VISIBLE_DEVICES", "none")][..],
+        &[("NVIDIA_VISIBLE_DEVICES", "none"), ("SLURM_STEP_GPUS", "1")],
+    ] {
+        let out = with(vars, "cuda-like").stdout();
+        assert!(
+            lists(&out, "nvidiactl") && !lists(&out, "nvidia0") && !lists(&out, "nvidia1"),
+            "{out}"
+        );
+        assert!(out.contains("visible=none"), "{out}");
+    }
     let out = with(
         &[
             ("NVIDIA_VISIBLE_DEVICES", "1"),

@@ -22,14 +22,19 @@ pub enum Selection {
     All,
     /// Indices (`0`) or UUIDs (`GPU-...`, `MIG-...`), in the order given.
     List(Vec<String>),
+    /// No GPU, but the driver (`none`, as NVIDIA's toolkit reads it: its
+    /// libraries and tools, and the control devices).
+    DriverOnly,
 }
 
 impl Selection {
-    /// Parses `all` or a comma-separated list.
+    /// Parses `all`, `none` or a comma-separated list.
     pub fn parse(s: &str) -> Result<Selection, InjectError> {
         let s = s.trim();
-        if s == "all" {
-            return Ok(Selection::All);
+        match s {
+            "all" => return Ok(Selection::All),
+            "none" => return Ok(Selection::DriverOnly),
+            _ => {}
         }
         let items: Vec<String> = s.split(',').map(|i| i.trim().to_string()).collect();
         for i in &items {
@@ -40,7 +45,7 @@ impl Selection {
                 return Err(InjectError::Gpu {
                     selection: s.to_string(),
                     reason: format!(
-                        "{i:?} is neither an index (0) nor a UUID (GPU-..., as nvidia-smi -L shows); use all, 0,1 or UUIDs"
+                        "{i:?} is neither an index (0) nor a UUID (GPU-..., as nvidia-smi -L shows); use all, none, 0,1 or UUIDs"
                     ),
                 });
             }
@@ -53,6 +58,7 @@ impl Selection {
         match self {
             Selection::All => "all".into(),
             Selection::List(l) => l.join(","),
+            Selection::DriverOnly => "none".into(),
         }
     }
 }
@@ -84,16 +90,18 @@ fn var<'a>(env: &'a [(String, String)], name: &str) -> Option<&'a str> {
 
 /// The GPUs an environment asks for as enroot's NVIDIA hook reads it:
 /// `NVIDIA_VISIBLE_DEVICES` from `caller` (the task's environment), else
-/// from `image` (its ENV: every CUDA image sets `all`). `void`, `none` or
-/// empty ask for none. Under Slurm the selection is taken among the GPUs
+/// from `image` (its ENV: every CUDA image sets `all`). `void` or empty ask
+/// for nothing, `none` for the driver without a GPU. Under Slurm the selection is taken among the GPUs
 /// of the step (`SLURM_STEP_GPUS`, else `SLURM_JOB_GPUS`: the node's
 /// indices): `all` is those, index `i` the i-th of them.
 pub fn from_environment(caller: &[(String, String)], image: &[(String, String)]) -> Option<String> {
     let get = |env: &[(String, String)], k: &str| var(env, k).map(|v| v.trim().to_string());
     let wanted =
         get(caller, "NVIDIA_VISIBLE_DEVICES").or_else(|| get(image, "NVIDIA_VISIBLE_DEVICES"))?;
-    if matches!(wanted.as_str(), "" | "void" | "none") {
-        return None;
+    match wanted.as_str() {
+        "" | "void" => return None,
+        "none" => return Some(wanted),
+        _ => {}
     }
     let given: Option<Vec<String>> = get(caller, "SLURM_STEP_GPUS")
         .or_else(|| get(caller, "SLURM_JOB_GPUS"))
@@ -307,8 +315,9 @@ fn nvidia(
             }
             out
         }
+        Selection::DriverOnly => Vec::new(),
     };
-    if chosen.is_empty() {
+    if chosen.is_empty() && *sel != Selection::DriverOnly {
         return Err(InjectError::Gpu {
             selection: sel.as_env(),
             reason: format!(
@@ -381,6 +390,7 @@ fn amd(sel: &Selection, host: &HostPaths, plan: &mut Plan) -> Result<(), InjectE
             }
             out
         }
+        Selection::DriverOnly => Vec::new(),
     };
     device(host, "kfd", origin, plan);
     for rel in &chosen {
@@ -390,8 +400,11 @@ fn amd(sel: &Selection, host: &HostPaths, plan: &mut Plan) -> Result<(), InjectE
     // must come first.
     libraries(host, AMD_LIBS, (origin, Lookup::Path), plan)?;
     programs(host, AMD_PROGRAMS, origin, plan);
-    if let Selection::List(_) = sel {
-        plan.env("ROCR_VISIBLE_DEVICES", &sel.as_env(), EnvOp::Set, origin);
+    match sel {
+        Selection::List(_) => plan.env("ROCR_VISIBLE_DEVICES", &sel.as_env(), EnvOp::Set, origin),
+        // ROCm's way of showing no GPU.
+        Selection::DriverOnly => plan.env("ROCR_VISIBLE_DEVICES", "-1", EnvOp::Set, origin),
+        Selection::All => {}
     }
     plan.applied.push(origin.to_string());
     Ok(())
@@ -428,6 +441,18 @@ mod environment_tests {
         let mut first = step.clone();
         first.extend(env(&[("NVIDIA_VISIBLE_DEVICES", "0")]));
         assert_eq!(from_environment(&first, &[]).as_deref(), Some("2"));
+        // `none` is the driver without a GPU, under Slurm too.
+        let mut none = step.clone();
+        none.extend(env(&[("NVIDIA_VISIBLE_DEVICES", "none")]));
+        assert_eq!(
+            from_environment(&none, &cuda_image).as_deref(),
+            Some("none")
+        );
+        assert_eq!(
+            super::Selection::parse("none").unwrap(),
+            super::Selection::DriverOnly
+        );
+        assert_eq!(super::Selection::DriverOnly.as_env(), "none");
         let mut uuid = step;
         uuid.extend(env(&[("NVIDIA_VISIBLE_DEVICES", "GPU-ab,5")]));
         assert_eq!(

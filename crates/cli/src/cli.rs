@@ -314,7 +314,7 @@ pub struct RunArgs {
     /// With --shared: keep the container this long after its last task left, for tasks still to come.
     #[arg(long, value_name = "SECONDS", default_value_t = 0, requires = "shared")]
     pub linger: u64,
-    /// With --shared: which running container under KEY to join: same (one made from the same image with the same options, else it is refused), any (whatever runs, as it is), existing (whatever runs; never create one, and give no IMAGE), running (one a task runs in now; never create one, and give no IMAGE), new (refused if one runs). With --name and --shared, the named container's changes are kept on this node under the shared container's key: one that runs no task is started anew from them. With --name: same (IMAGE must be the container's), any (an existing container keeps its own image), existing (it must exist; give no IMAGE), new (it must not exist).
+    /// With --shared: which running container under KEY to join: same (one made from the same image with the same options, else it is refused), any (whatever runs, as it is), existing (whatever runs; never create one, and give no IMAGE), running (one a task runs in now; never create one, and give no IMAGE), new (refused if one runs, unless another task of this Slurm step made it with the same options). With --name and --shared, the named container's changes are kept on this node under the shared container's key: one that runs no task is started anew from them. With --name: same (IMAGE must be the container's), any (an existing container keeps its own image), existing (it must exist; give no IMAGE), new (it must not exist, unless another task of this Slurm step made it).
     #[arg(
         long,
         value_name = "same|any|existing|running|new",

@@ -34,9 +34,8 @@ pub struct NamedContainer {
     /// The id mode of its last run (`identity`, `fakeroot`, `root`): its
     /// files belong to that mode's ids.
     pub mode: String,
-    /// The Slurm step (`JOB.STEP`) whose task made it, for a container
-    /// kept on a node: that step's other tasks take it as their own
-    /// (`:create` with several tasks on a node).
+    /// The Slurm step (`JOB.STEP`) whose task made it: that step's other
+    /// tasks take it as their own (`:create` with several tasks on a node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<String>,
 }
@@ -152,7 +151,7 @@ pub fn prepare(
                 image_id: image_id.to_string(),
                 created,
                 mode: mode.as_str().to_string(),
-                step: step.filter(|_| on_node).map(str::to_string),
+                step: step.map(str::to_string),
             };
             write(&dir, &record)?;
         }
@@ -181,7 +180,7 @@ pub fn image_of(
     match (reuse, record) {
         // Made by another task of this step (`:create`, several tasks on
         // the node): this task's own, as Pyxis creates once per node.
-        (Reuse::New, Some(r)) if on_node && step.is_some() && r.step.as_deref() == step => {
+        (Reuse::New, Some(r)) if step.is_some() && r.step.as_deref() == step => {
             Ok(None)
         }
         (Reuse::Existing, None) if on_node => Err(Error::Usage(format!(
@@ -509,8 +508,9 @@ mod tests {
         assert!(err.to_string().contains("no container dev"), "{err}");
     }
 
-    /// `:create` on a node: the tasks of the step that made the container
-    /// share it; a later step is refused.
+    /// `:create`: the tasks of the step that made the container share it
+    /// (on the node, and in the store for container_scope=global); a later
+    /// step is refused.
     #[test]
     fn create_is_refused_only_to_later_steps() {
         let d = tempfile::tempdir().unwrap();
@@ -525,9 +525,15 @@ mod tests {
             let err = of(later).unwrap_err().to_string();
             assert!(err.contains("exists already on this node"), "{err}");
         }
-        // A store's container records no step.
-        let dir = dev(&c, "img", "sha256:aaaa", IdMode::Identity).unwrap();
-        assert_eq!(read(&dir).unwrap().step, None);
+        // A store's container (container_scope=global) made by a step:
+        // the same for that step's tasks.
+        let dir = dir_of(&c, "dev", None).unwrap();
+        let made = (false, Some("8.0"));
+        prepare(&dir, "dev", ("img", "sha256:aaaa"), IdMode::Identity, made).unwrap();
+        let of = |step| image_of(&c, ("dev", &dir), Reuse::New, (false, step));
+        assert_eq!(of(Some("8.0")).unwrap(), None);
+        let err = of(Some("9.0")).unwrap_err().to_string();
+        assert!(err.contains("exists already: remove it first"), "{err}");
     }
 
     /// A commit of a running container and `berth rm` keep out of each

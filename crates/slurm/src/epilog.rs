@@ -128,24 +128,23 @@ pub fn remove_job_state(uid: u32, job: u32, berth: Option<&Path>) {
         else {
             continue;
         };
-        let Some(containers) = private_dir(Some(&base), Path::new("containers"), uid) else {
-            continue;
-        };
-        for name in entries(&containers) {
-            if !name.to_string_lossy().starts_with(&prefix) {
-                continue;
+        if let Some(containers) = private_dir(Some(&base), Path::new("containers"), uid) {
+            for name in entries(&containers) {
+                if !name.to_string_lossy().starts_with(&prefix) {
+                    continue;
+                }
+                let Some(dir) = private_dir(Some(&containers), Path::new(&name), uid) else {
+                    continue;
+                };
+                if let Some((pid, start)) =
+                    small_file(Some(&dir), Path::new("info.json"), uid).and_then(|i| holder(&i))
+                {
+                    kill_holder(pid, start, uid, berth_id);
+                }
+                // Its record and locks go with the job.
+                drop(dir);
+                remove_entry(&containers, &name, 0);
             }
-            let Some(dir) = private_dir(Some(&containers), Path::new(&name), uid) else {
-                continue;
-            };
-            if let Some((pid, start)) =
-                small_file(Some(&dir), Path::new("info.json"), uid).and_then(|i| holder(&i))
-            {
-                kill_holder(pid, start, uid, berth_id);
-            }
-            // Its record and locks go with the job.
-            drop(dir);
-            remove_entry(&containers, &name, 0);
         }
         // The changes kept for the job's later steps (`RUNTIME/named/KEY`).
         if let Some(named) = private_dir(Some(&base), Path::new("named"), uid) {
@@ -160,7 +159,20 @@ pub fn remove_job_state(uid: u32, job: u32, berth: Option<&Path>) {
         // keepers have ended or end when idle; nothing runs them again.
         if let Some(keepers) = private_dir(Some(&base), Path::new("keepers"), uid) {
             for name in entries(&keepers) {
-                if is_jobs_keeper(&name.to_string_lossy(), job) {
+                if !is_jobs_keeper(&name.to_string_lossy(), job) {
+                    continue;
+                }
+                let Some(dir) = private_dir(Some(&keepers), Path::new(&name), uid) else {
+                    continue;
+                };
+                // A keeper that still runs (being killed with its step, or
+                // one that left the job's process tracking, idle) is ended
+                // first: its directory holds its mount point (`mnt/`).
+                let pid = small_file(Some(&dir), Path::new("pid"), uid)
+                    .and_then(|p| p.trim().parse::<i32>().ok());
+                drop(dir);
+                let ended = |pid| end_keeper(pid, &name.to_string_lossy(), uid, berth_id);
+                if pid.is_none_or(ended) {
                     remove_entry(&keepers, &name, 0);
                 }
             }
@@ -236,14 +248,28 @@ fn open_beneath(
     }
 }
 
-/// Whether `pid` is, right now, a berth holder of `uid` started at `start`.
-fn is_holder(pid: i32, start: u64, uid: u32, berth: Option<(u64, u64)>) -> bool {
-    if start_time(pid) != Some(start) || proc_uid(pid) != Some(uid) {
+/// Whether `pid` is, right now, a berth process of `uid` running as `role`
+/// (`berth __holder ...`, `berth __keeper DIR`), whose next argument ends
+/// with `arg_end` where one is given; the plugin's berth binary (device and
+/// inode) where it is known.
+fn is_berth(
+    pid: i32,
+    uid: u32,
+    (role, arg_end): (&[u8], Option<&[u8]>),
+    berth: Option<(u64, u64)>,
+) -> bool {
+    if proc_uid(pid) != Some(uid) {
         return false;
     }
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    if cmdline.split(|b| *b == 0).nth(1) != Some(b"__holder".as_slice()) {
+    let mut args = cmdline.split(|b| *b == 0).skip(1);
+    if args.next() != Some(role) {
         return false;
+    }
+    if let Some(end) = arg_end {
+        if !args.next().is_some_and(|a| a.ends_with(end)) {
+            return false;
+        }
     }
     match berth {
         Some(id) => {
@@ -253,21 +279,27 @@ fn is_holder(pid: i32, start: u64, uid: u32, berth: Option<(u64, u64)>) -> bool 
     }
 }
 
-/// SIGKILLs a verified holder through a pidfd (checked again once the
-/// pidfd pins the process).
-fn kill_holder(pid: i32, start: u64, uid: u32, berth: Option<(u64, u64)>) {
-    if pid <= 1 || !is_holder(pid, start, uid, berth) {
-        return;
+/// Whether `pid` is, right now, a berth holder of `uid` started at `start`.
+fn is_holder(pid: i32, start: u64, uid: u32, berth: Option<(u64, u64)>) -> bool {
+    start_time(pid) == Some(start) && is_berth(pid, uid, (b"__holder", None), berth)
+}
+
+/// SIGKILLs process `pid` through a pidfd, if `verified` says it is the
+/// one meant, before and again once the pidfd pins it; the pidfd, to wait
+/// on.
+fn kill_verified(pid: i32, verified: &dyn Fn() -> bool) -> Option<OwnedFd> {
+    if pid <= 1 || !verified() {
+        return None;
     }
     // SAFETY: pidfd_open takes a pid and flags and returns a descriptor.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if fd < 0 {
-        return;
+        return None;
     }
     // SAFETY: the syscall returned a new descriptor that nothing else owns.
     let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    if !is_holder(pid, start, uid, berth) {
-        return;
+    if !verified() {
+        return None;
     }
     // SAFETY: pidfd_send_signal with an open pidfd, a signal number, no
     // siginfo and no flags touches no memory of ours.
@@ -280,7 +312,35 @@ fn kill_holder(pid: i32, start: u64, uid: u32, berth: Option<(u64, u64)>) {
             0,
         );
     }
+    Some(pidfd)
 }
+
+/// SIGKILLs a verified holder.
+fn kill_holder(pid: i32, start: u64, uid: u32, berth: Option<(u64, u64)>) {
+    kill_verified(pid, &|| is_holder(pid, start, uid, berth));
+}
+
+/// Ends the keeper of keeper directory `name` whose pid file names `pid`
+/// (a berth `__keeper .../keepers/NAME` of `uid`), waiting up to
+/// [`KEEPER_WAIT_MS`] for it to go; whether none runs now.
+fn end_keeper(pid: i32, name: &str, uid: u32, berth: Option<(u64, u64)>) -> bool {
+    let end = format!("/keepers/{name}");
+    let is_keeper = || is_berth(pid, uid, (b"__keeper", Some(end.as_bytes())), berth);
+    let Some(pidfd) = kill_verified(pid, &is_keeper) else {
+        // Not (or no longer) that keeper: what runs under the pid is not it.
+        return true;
+    };
+    let mut poll = libc::pollfd {
+        fd: pidfd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the duration of the call.
+    unsafe { libc::poll(&mut poll, 1, KEEPER_WAIT_MS) > 0 }
+}
+
+/// How long the epilog waits for a killed keeper to end.
+const KEEPER_WAIT_MS: libc::c_int = 2000;
 
 /// Notes the task's berth runtime directory `dir` for the epilog. The
 /// note is created without following a symlink, and written only if it is
@@ -290,7 +350,7 @@ pub fn note_state_dir(dir: &str, uid: u32, job: u32) -> Result<(), String> {
     use std::io::Write;
     let note = note_path(uid, job);
     let fd =
-        open_at(None, &note, libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT).ok_or_else(|| {
+        open_at(None, &note, libc::O_RDWR | libc::O_APPEND | libc::O_CREAT).ok_or_else(|| {
             format!(
                 "cannot open {}: {}",
                 note.display(),
@@ -305,7 +365,15 @@ pub fn note_state_dir(dir: &str, uid: u32, job: u32) -> Result<(), String> {
             m.uid()
         ));
     }
-    writeln!(std::fs::File::from(fd), "{dir}").map_err(|e| format!("{}: {e}", note.display()))
+    // Each directory once: every task of the job notes its own, and the
+    // epilog reads at most MAX_RECORD bytes.
+    let mut file = std::fs::File::from(fd);
+    let mut text = String::new();
+    let _ = (&mut file).take(MAX_RECORD).read_to_string(&mut text);
+    if text.lines().any(|l| l == dir) {
+        return Ok(());
+    }
+    writeln!(file, "{dir}").map_err(|e| format!("{}: {e}", note.display()))
 }
 
 fn proc_uid(pid: i32) -> Option<u32> {
@@ -408,6 +476,61 @@ mod tests {
         std::os::unix::fs::symlink(&outside, &c).unwrap();
         remove_entry(&containers, std::ffi::OsStr::new("slurm-7-dev"), 0);
         assert!(!c.exists() && outside.join("keep").is_file());
+    }
+
+    /// The task's note lists each runtime directory once; the epilog
+    /// removes the job's keepers' directories there, ending a keeper that
+    /// still runs first, and no other job's.
+    #[test]
+    fn the_epilog_removes_the_jobs_ended_keepers() {
+        let uid = own_uid();
+        let job = 3_000_000_000 + std::process::id() % 1_000_000;
+        let d = tempfile::tempdir().unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let base = d.path().to_str().unwrap();
+        for dir in [base, base, "/elsewhere", base] {
+            note_state_dir(dir, uid, job).unwrap();
+        }
+        let note = std::fs::read_to_string(note_path(uid, job)).unwrap();
+        assert_eq!(note, format!("{base}\n/elsewhere\n"));
+        let keepers = d.path().join("keepers");
+        let make = |name: &str, pid: Option<u32>| {
+            std::fs::create_dir_all(keepers.join(name).join("mnt")).unwrap();
+            if let Some(pid) = pid {
+                std::fs::write(keepers.join(name).join("pid"), pid.to_string()).unwrap();
+            }
+        };
+        let ended = format!("ab-user-job{job}-step_0");
+        let killed = format!("ab-user-job{job}");
+        let reused = format!("ef-user-job{job}");
+        let running = format!("cd-user-job{job}-step_1");
+        let other = format!("ab-user-job{}", job + 1);
+        // A keeper that still runs: `… __keeper …/keepers/NAME`.
+        std::fs::write(d.path().join("__keeper"), "sleep 30\n").unwrap();
+        let mut keeper = std::process::Command::new("/bin/sh")
+            .current_dir(d.path())
+            .arg("__keeper")
+            .arg(keepers.join(&running))
+            .spawn()
+            .unwrap();
+        make(&ended, None);
+        make(&killed, Some(u32::MAX / 2));
+        // Its pid now another process (this test's): not signalled.
+        make(&reused, Some(std::process::id()));
+        make(&running, Some(keeper.id()));
+        make(&other, None);
+        remove_job_state(uid, job, None);
+        let left: Vec<String> = std::fs::read_dir(&keepers)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(left, [other], "{left:?}");
+        assert!(
+            keeper.try_wait().unwrap().is_some(),
+            "the keeper still runs"
+        );
+        assert!(!note_path(uid, job).exists());
     }
 
     #[test]

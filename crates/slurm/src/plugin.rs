@@ -3,7 +3,7 @@
 
 use std::error::Error;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use slurm_spank::{Context, Plugin, SpankHandle, SpankOption, SLURM_VERSION_NUMBER, SPANK_PLUGIN};
@@ -420,27 +420,30 @@ unsafe impl Plugin for BerthPlugin {
 }
 
 /// Notes berth's runtime directory for this task (as berth chooses it:
-/// `$XDG_RUNTIME_DIR/berth`, else `/tmp/berth-UID`) for the job epilog,
-/// which removes the job's named containers and keepers there: where the
-/// job has a named container (`named`), or the directory is not one the
-/// epilog looks in anyway.
+/// `$XDG_RUNTIME_DIR/berth`, else `$TMPDIR/berth-UID`, `/tmp` without
+/// `TMPDIR`) for the job epilog, which removes the job's named containers
+/// and keepers there: where the job has a named container (`named`), or
+/// the directory is not one the epilog looks in anyway.
 fn note_state_dir(env: &[(String, String)], job: u32, named: bool) {
     let uid = own_uid();
-    let dir = env
-        .iter()
-        .find(|(k, _)| k == "XDG_RUNTIME_DIR")
-        .map(|(_, v)| v.clone())
-        .filter(|v| !v.is_empty() && Path::new(v).is_dir())
-        .map(|v| format!("{v}/berth"))
-        .unwrap_or_else(|| format!("/tmp/berth-{uid}"));
-    if !named
-        && crate::epilog::default_runtime_dirs(uid)
-            .iter()
-            .any(|d| d.as_os_str() == dir.as_str())
-    {
+    let var = |name: &str| {
+        env.iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .filter(|v| !v.is_empty())
+    };
+    let dir = match var("XDG_RUNTIME_DIR").filter(|v| Path::new(v).is_dir()) {
+        Some(v) => PathBuf::from(v).join("berth"),
+        None => PathBuf::from(var("TMPDIR").unwrap_or_else(|| "/tmp".into()))
+            .join(format!("berth-{uid}")),
+    };
+    if !named && crate::epilog::default_runtime_dirs(uid).contains(&dir) {
         return;
     }
-    if let Err(e) = crate::epilog::note_state_dir(&dir, uid, job) {
+    let Some(dir) = dir.to_str() else {
+        return;
+    };
+    if let Err(e) = crate::epilog::note_state_dir(dir, uid, job) {
         eprintln!("berth plugin: warning: {e}");
     }
 }

@@ -58,4 +58,20 @@ fn a_named_container_outlives_its_job() {
         "{}",
         out.stderr()
     );
+    // :create with two tasks on the node: made once, by the step's first
+    // task; the other runs it too (not "exists already").
+    let out = srun(
+        &sb,
+        &[
+            "-n2",
+            "-O",
+            &image,
+            "--container-name=gnew:create",
+            "sh",
+            "-c",
+            "sleep 1",
+        ],
+    );
+    assert_eq!(out.code(), 0, "{}", out.stderr());
+    sb.run(&["rm", "gnew"]).ok();
 }

@@ -182,7 +182,9 @@ pub enum Reuse {
     /// Whatever runs under the key, as it is; never created (a step that
     /// names a container but no image).
     Existing,
-    /// A new one: refused if one runs under the key.
+    /// A new one: refused if one runs under the key, unless another task
+    /// of the run's Slurm step made it with the same options (Pyxis's
+    /// `NAME:create` makes one container per node for a step's tasks).
     New,
     /// One that a task runs in now (Pyxis's `NAME:exec`): never created,
     /// and not one whose tasks all left, which is on its way out.
@@ -314,7 +316,10 @@ pub fn place(
                 // of its step): joined, as nothing of the run's is lost.
                 let same = info.fingerprint == wanted;
                 match (placement.named, busy) {
-                    (Some(NamedPlan::Fresh), true) if !same && placement.reuse == Reuse::Same => {
+                    // (New: made by another task of the run's step.)
+                    (Some(NamedPlan::Fresh), true)
+                        if !same && matches!(placement.reuse, Reuse::Same | Reuse::New) =>
+                    {
                         return Err(other_options(key, &info))
                     }
                     (Some(NamedPlan::Fresh), true) if !same => {
@@ -343,7 +348,10 @@ pub fn place(
                     },
                 }
             }
-            Some(info) if info.fingerprint != wanted && placement.reuse == Reuse::Same => {
+            Some(info)
+                if info.fingerprint != wanted
+                    && matches!(placement.reuse, Reuse::Same | Reuse::New) =>
+            {
                 return Err(other_options(key, &info))
             }
             Some(info) => match deciding.try_share()? {

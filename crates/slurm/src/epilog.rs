@@ -376,7 +376,8 @@ pub fn note_state_dir(dir: &str, uid: u32, job: u32) -> Result<(), String> {
     writeln!(file, "{dir}").map_err(|e| format!("{}: {e}", note.display()))
 }
 
-fn proc_uid(pid: i32) -> Option<u32> {
+/// The real uid of process `pid`, from `/proc/PID/status`.
+pub(crate) fn proc_uid(pid: i32) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()

@@ -30,6 +30,7 @@
 pub mod carried;
 pub mod epilog;
 pub mod gather;
+pub mod handoff;
 pub mod images;
 pub mod in_place;
 pub mod mounts;

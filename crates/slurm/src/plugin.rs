@@ -45,6 +45,8 @@ struct BerthPlugin {
     /// The site's defaults (`writable=`, `mount_home=`, `remap_root=` in
     /// plugstack.conf, as enroot's configuration sets Pyxis's).
     site: Options,
+    /// The step's tasks on this node that have ended (slurmstepd).
+    tasks_exited: u32,
 }
 
 type Res = Result<(), Box<dyn Error>>;
@@ -404,6 +406,27 @@ unsafe impl Plugin for BerthPlugin {
             "berth plugin: cannot start {}: {err}",
             cmd[0]
         )))
+    }
+
+    fn task_exit(&mut self, spank: &mut SpankHandle) -> Res {
+        // After the step's last task on the node, before Slurm kills the
+        // step's cgroup: what other steps still use of it goes to them
+        // (crate::handoff).
+        self.tasks_exited += 1;
+        if self.tasks_exited < spank.job_local_task_count()? {
+            return Ok(());
+        }
+        let opts = self.options(spank)?;
+        if opts.image.is_none() && opts.name.is_none() && opts.environment.is_none() {
+            return Ok(());
+        }
+        let step = match spank.job_stepid()? {
+            BATCH_STEP => "step_batch".to_string(),
+            INTERACTIVE_STEP => "step_interactive".to_string(),
+            n => format!("step_{n}"),
+        };
+        crate::handoff::hand_off(spank.job_uid()?, spank.job_id()?, &step);
+        Ok(())
     }
 
     fn job_epilog(&mut self, spank: &mut SpankHandle) -> Res {

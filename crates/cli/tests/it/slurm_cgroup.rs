@@ -5,10 +5,7 @@
 //! `BERTH_SLURM_PROCTRACK=cgroup`, then `cargo test -- --ignored
 //! slurm_cgroup::`).
 
-use std::path::Path;
-
-use crate::harness::Out;
-use crate::slurm_spank::{image, job_of, left_after_epilog, sandbox};
+use crate::slurm_spank::{image, job_of, left_after_epilog, sandbox, slurm};
 
 #[test]
 #[ignore = "runs in tests/run.sh's second cluster pass (proctrack/cgroup, container_scope=global)"]
@@ -29,10 +26,7 @@ fn side_by_side_steps_keep_their_image_when_the_first_ends() {
          echo \"second=$?\"; wait; \
          echo keepers=$(ls $XDG_RUNTIME_DIR/berth/keepers | grep -c -- -job$SLURM_JOB_ID-step_)"
     );
-    let mut c = sb.command(Path::new("/usr/bin/salloc"), &["-N1", "sh", "-c", &steps]);
-    c.env("SLURM_CONF", sb.env.var("BERTH_IT_SLURM_CONF"));
-    c.current_dir(sb.dir.path());
-    let out = Out(c.output().unwrap());
+    let out = slurm(&sb, "/usr/bin/salloc", &["-N1", "sh", "-c", &steps]);
     let (text, err) = (out.stdout(), out.stderr());
     // The cluster does track steps by cgroup (else the test shows nothing).
     let tracked = text
@@ -49,4 +43,32 @@ fn side_by_side_steps_keep_their_image_when_the_first_ends() {
         n.contains(&format!("-job{job}-step_"))
     });
     assert!(!job.is_empty() && left.is_empty(), "{job}: {left:?}");
+}
+
+#[test]
+#[ignore = "runs in tests/run.sh's second cluster pass (proctrack/cgroup, container_scope=global)"]
+fn a_step_that_joined_another_keeps_its_container_when_that_one_ends() {
+    let sb = sandbox();
+    let img = image(&sb, "debian-python");
+    // Step B joins the container step A runs (Pyxis's attach, here by the
+    // name JOB.STEP, which is the job's in either container_scope), and
+    // reads from it after A has ended: what A's cgroup held for it (the
+    // container's anchor, the keeper and its squashfs server) went to B's
+    // cgroup when A's last task ended (before: "Transport endpoint is not
+    // connected").
+    let started = sb.dir.path().join("first-started");
+    let started = started.display();
+    let steps = format!(
+        "s=$(srun -N1 sh -c 'echo $SLURM_STEP_ID'); \
+         srun -N1 --overlap {img} sh -c 'touch {started}; sleep 3; echo first-done' & \
+         for i in $(seq 100); do test -e {started} && break; sleep 0.2; done; \
+         srun -N1 --overlap --container-name=$SLURM_JOB_ID.$((s + 1)) \
+           sh -c 'sleep 4; cat /etc/debian_version > /dev/null && echo joined-reads'; \
+         echo \"joined=$?\"; wait"
+    );
+    let out = slurm(&sb, "/usr/bin/salloc", &["-N1", "sh", "-c", &steps]);
+    let (text, err) = (out.stdout(), out.stderr());
+    for want in ["first-done\n", "joined-reads\njoined=0\n"] {
+        assert!(text.contains(want), "{want:?} in:\n{text}\n{err}");
+    }
 }

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use crate::harness::{Out, Sandbox};
-use crate::slurm_spank::{image, sandbox};
+use crate::slurm_spank::{image, sandbox, slurm};
 
 /// `srun -N1 ARGS` with extra variables in srun's environment, from the
 /// sandbox's directory.
@@ -400,10 +400,7 @@ fn pyxis_unshare_gives_the_nodes_tasks_their_own_namespaces() {
          srun -N1 --overlap --container-name=plain {img} sleep 5 & sleep 3; \
          srun -N1 --overlap --container-name=plain --container-unshare=net true; echo \"plain=$?\"; wait"
     );
-    let mut c = sb.command(Path::new("/usr/bin/salloc"), &["-N1", "sh", "-c", &steps]);
-    c.env("SLURM_CONF", sb.env.var("BERTH_IT_SLURM_CONF"));
-    c.current_dir(sb.dir.path());
-    let out = Out(c.output().unwrap());
+    let out = slurm(&sb, "/usr/bin/salloc", &["-N1", "sh", "-c", &steps]);
     let text = out.stdout();
     assert!(text.starts_with("net:["), "{text}{}", out.stderr());
     assert!(

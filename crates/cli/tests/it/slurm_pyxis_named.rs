@@ -2,10 +2,7 @@
 //! as the unprivileged user (name.bats, exec.bats; docs/pyxis-suite.md B1
 //! and B3).
 
-use std::path::Path;
-
-use crate::harness::Out;
-use crate::slurm_spank::{image, job_of, left_after_epilog, sandbox};
+use crate::slurm_spank::{image, job_of, left_after_epilog, sandbox, slurm};
 
 #[test]
 #[cfg_attr(
@@ -52,10 +49,7 @@ fn pyxis_named_containers_keep_their_changes_across_steps() {
          srun -N1 --overlap --container-name=$SLURM_JOB_ID.$((s + 1)) sh -c 'echo in-$container'; \
          echo \"unnamed=$?\"; wait"
     );
-    let mut c = sb.command(Path::new("/usr/bin/salloc"), &["-N1", "sh", "-c", &steps]);
-    c.env("SLURM_CONF", sb.env.var("BERTH_IT_SLURM_CONF"));
-    c.current_dir(sb.dir.path());
-    let out = Out(c.output().unwrap());
+    let out = slurm(&sb, "/usr/bin/salloc", &["-N1", "sh", "-c", &steps]);
     let (text, err) = (out.stdout(), out.stderr());
     for want in [
         "one=0\n",

@@ -252,7 +252,7 @@ fn open_beneath(
 /// (`berth __holder ...`, `berth __keeper DIR`), whose next argument ends
 /// with `arg_end` where one is given; the plugin's berth binary (device and
 /// inode) where it is known.
-fn is_berth(
+pub(crate) fn is_berth(
     pid: i32,
     uid: u32,
     (role, arg_end): (&[u8], Option<&[u8]>),

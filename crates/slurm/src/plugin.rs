@@ -2,6 +2,7 @@
 //! symbols, which resolve only inside srun and slurmstepd).
 
 use std::error::Error;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -425,7 +426,13 @@ unsafe impl Plugin for BerthPlugin {
             INTERACTIVE_STEP => "step_interactive".to_string(),
             n => format!("step_{n}"),
         };
-        crate::handoff::hand_off(spank.job_uid()?, spank.job_id()?, &step);
+        let berth = Path::new(&self.berth);
+        let berth = berth
+            .is_absolute()
+            .then(|| std::fs::metadata(berth).ok())
+            .flatten()
+            .map(|m| (m.dev(), m.ino()));
+        crate::handoff::hand_off(spank.job_uid()?, spank.job_id()?, &step, berth);
         Ok(())
     }
 
